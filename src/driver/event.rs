@@ -1,0 +1,44 @@
+//! Event handle.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::context::PrimaryContext;
+use super::{drv, drv_drop};
+use crate::error::Result;
+
+/// An owned event (`cuEventCreate(CU_EVENT_DISABLE_TIMING)`), destroyed on drop.
+#[derive(Debug)]
+pub(crate) struct EventHandle {
+    pub(crate) ctx: Arc<PrimaryContext>,
+    pub(crate) raw: sys::CUevent,
+}
+
+// SAFETY: CUevent handles may be used from any thread.
+unsafe impl Send for EventHandle {}
+// SAFETY: as above.
+unsafe impl Sync for EventHandle {}
+
+impl EventHandle {
+    pub(crate) fn new(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
+        ctx.bind()?;
+        let mut raw = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: the context is current; `raw` is a valid out pointer.
+        unsafe { drv!(cuEventCreate(&mut raw, flags)) }?;
+        Ok(Arc::new(EventHandle {
+            ctx: ctx.clone(),
+            raw,
+        }))
+    }
+}
+
+impl Drop for EventHandle {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created in `new`, destroyed exactly once here.
+            unsafe { drv_drop!(cuEventDestroy_v2(self.raw)) };
+        }
+    }
+}

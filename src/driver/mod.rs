@@ -1,0 +1,205 @@
+//! The handle layer: loading the driver and one RAII type per driver object.
+//!
+//! Everything here is crate-private except [`DriverVersion`] and [`driver_version`]. cudarc's sys
+//! layer panics when libcuda or a symbol is missing, so every call goes through [`drv!`], which
+//! first checks (once per call site) that the driver is loaded and the entry point exists, and
+//! turns a failing `CUresult` into [`crate::Error`].
+
+use std::ffi::CStr;
+use std::fmt;
+use std::sync::OnceLock;
+
+use cudarc::driver::sys;
+
+use crate::error::{DriverError, Error, Result};
+
+pub(crate) mod context;
+pub(crate) mod event;
+pub(crate) mod graph;
+pub(crate) mod memory;
+pub(crate) mod module;
+pub(crate) mod stream;
+pub(crate) mod user_object;
+
+/// A CUDA driver version as `cuDriverGetVersion` reports it (`1000 * major + 10 * minor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DriverVersion(pub i32);
+
+impl DriverVersion {
+    /// CUDA 12.0: `cuGraphInstantiateWithParams`, `cuGraphExecUpdate_v2`.
+    pub const V12_0: DriverVersion = DriverVersion(12000);
+    /// CUDA 12.3: conditional handles, IF and WHILE nodes, `cuStreamBeginCaptureToGraph`.
+    pub const V12_3: DriverVersion = DriverVersion(12030);
+    /// CUDA 12.8: IF with ELSE, SWITCH nodes.
+    pub const V12_8: DriverVersion = DriverVersion(12080);
+
+    /// The major version (`12` for 12.8).
+    pub fn major(self) -> i32 {
+        self.0 / 1000
+    }
+    /// The minor version (`8` for 12.8).
+    pub fn minor(self) -> i32 {
+        (self.0 % 1000) / 10
+    }
+}
+
+impl fmt::Display for DriverVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major(), self.minor())
+    }
+}
+
+static DRIVER: OnceLock<Result<DriverVersion>> = OnceLock::new();
+
+/// Whether libcuda exports `name`. Only call after [`loaded`] succeeded.
+fn has_symbol(name: &str) -> bool {
+    // SAFETY: `culib()` is only reached after `is_culib_present()` returned true (see `init`), so it
+    // loads the library instead of panicking; looking a symbol up has no side effects.
+    unsafe { sys::culib().get::<*const ()>(name.as_bytes()).is_ok() }
+}
+
+fn init() -> Result<DriverVersion> {
+    // SAFETY: `is_culib_present` only tries to open the library and drops it.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::DriverNotFound);
+    }
+    for sym in ["cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString"] {
+        if !has_symbol(sym) {
+            return Err(Error::DriverNotFound);
+        }
+    }
+    let mut v = 0;
+    // SAFETY: the symbol exists (checked above); `v` is a valid out pointer.
+    let r = unsafe { sys::cuDriverGetVersion(&mut v) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(driver_error(r, "cuDriverGetVersion").into());
+    }
+    // SAFETY: the symbol exists; cuInit(0) is thread-safe and idempotent, and OnceLock runs it once.
+    let r = unsafe { sys::cuInit(0) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(driver_error(r, "cuInit").into());
+    }
+    Ok(DriverVersion(v))
+}
+
+/// Loads and initialises the driver once (thread-safe) and returns its version.
+pub(crate) fn loaded() -> Result<DriverVersion> {
+    DRIVER.get_or_init(init).clone()
+}
+
+/// The installed CUDA driver's version, loading and initialising the driver on first use.
+///
+/// ```
+/// match cuda_graph::driver_version() {
+///     Ok(v) => println!("CUDA driver {v}"),
+///     Err(e) => println!("no driver: {e}"),
+/// }
+/// ```
+pub fn driver_version() -> Result<DriverVersion> {
+    loaded()
+}
+
+/// Fails with [`Error::Unsupported`] when the driver is older than `needs`.
+pub(crate) fn require(feature: &'static str, needs: DriverVersion) -> Result<()> {
+    let driver = loaded()?;
+    if driver < needs {
+        return Err(Error::Unsupported {
+            feature,
+            needs,
+            driver,
+        });
+    }
+    Ok(())
+}
+
+/// Checks (once per call site, cached in `present`) that the driver is loaded and exports `name`.
+pub(crate) fn ensure_symbol(present: &OnceLock<bool>, name: &'static str) -> Result<()> {
+    let driver = loaded()?;
+    if *present.get_or_init(|| has_symbol(name)) {
+        Ok(())
+    } else {
+        Err(Error::MissingEntryPoint {
+            symbol: name,
+            driver,
+        })
+    }
+}
+
+/// Builds the [`DriverError`] for a failed call, with the driver's own name and description.
+pub(crate) fn driver_error(r: sys::CUresult, call: &'static str) -> DriverError {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    let mut desc: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: `driver_error` is only called once the driver library is loaded and these two symbols
+    // were checked in `init`; the out pointers are valid.
+    unsafe {
+        sys::cuGetErrorName(r, &mut name);
+        sys::cuGetErrorString(r, &mut desc);
+    }
+    let read = |p: *const std::ffi::c_char, fallback: &str| {
+        if p.is_null() {
+            fallback.to_string()
+        } else {
+            // SAFETY: the driver returns pointers to static NUL-terminated strings.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    DriverError {
+        call,
+        code: r as u32,
+        name: read(name, "CUDA_ERROR_UNKNOWN_CODE"),
+        description: read(desc, "unrecognised error code"),
+    }
+}
+
+/// Turns a `CUresult` into `Result<()>`.
+pub(crate) fn check(r: sys::CUresult, call: &'static str) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(driver_error(r, call).into())
+    }
+}
+
+/// Calls a driver entry point after checking that it exists: `unsafe { drv!(cuFoo(a, b)) }?`.
+///
+/// Evaluates to `Result<()>`. The expansion calls the raw binding, so the call site needs `unsafe`
+/// and a `// SAFETY:` line for the arguments.
+macro_rules! drv {
+    ($f:ident ( $($a:expr),* $(,)? )) => {{
+        static PRESENT: ::std::sync::OnceLock<bool> = ::std::sync::OnceLock::new();
+        match $crate::driver::ensure_symbol(&PRESENT, stringify!($f)) {
+            Err(e) => Err(e),
+            Ok(()) => $crate::driver::check(::cudarc::driver::sys::$f($($a),*), stringify!($f)),
+        }
+    }};
+}
+pub(crate) use drv;
+
+/// Calls a driver entry point for a destructor: errors are ignored, nothing panics.
+macro_rules! drv_drop {
+    ($f:ident ( $($a:expr),* $(,)? )) => {{
+        let _ = drv!($f($($a),*));
+    }};
+}
+pub(crate) use drv_drop;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_display() {
+        assert_eq!(DriverVersion(12080).to_string(), "12.8");
+        assert_eq!(DriverVersion(13000).to_string(), "13.0");
+        assert!(DriverVersion(12030) < DriverVersion::V12_8);
+    }
+
+    #[test]
+    fn no_driver_or_version() {
+        // Either the driver loads and reports a 11.x+ version, or it is reported missing.
+        match driver_version() {
+            Ok(v) => assert!(v.major() >= 11, "{v}"),
+            Err(e) => assert!(matches!(e, Error::DriverNotFound), "{e}"),
+        }
+    }
+}

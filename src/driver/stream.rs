@@ -1,0 +1,80 @@
+//! Stream handle.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::context::PrimaryContext;
+use super::{drv, drv_drop};
+use crate::error::Result;
+
+/// An owned non-blocking stream (`cuStreamCreate(CU_STREAM_NON_BLOCKING)`), destroyed on drop.
+#[derive(Debug)]
+pub(crate) struct StreamHandle {
+    pub(crate) ctx: Arc<PrimaryContext>,
+    pub(crate) raw: sys::CUstream,
+}
+
+// SAFETY: CUstream handles may be used from any thread; the driver synchronises access.
+unsafe impl Send for StreamHandle {}
+// SAFETY: as above.
+unsafe impl Sync for StreamHandle {}
+
+impl StreamHandle {
+    pub(crate) fn new(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
+        ctx.bind()?;
+        let mut raw = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: the context is current; `raw` is a valid out pointer.
+        unsafe { drv!(cuStreamCreate(&mut raw, flags)) }?;
+        Ok(Arc::new(StreamHandle {
+            ctx: ctx.clone(),
+            raw,
+        }))
+    }
+
+    /// Whether the stream is capturing, and the capture's status.
+    pub(crate) fn capture_status(&self) -> Result<sys::CUstreamCaptureStatus> {
+        self.ctx.bind()?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: `raw` is a live stream; `status` is a valid out pointer.
+        unsafe { drv!(cuStreamIsCapturing(self.raw, &mut status)) }?;
+        Ok(status)
+    }
+
+    /// Ends any capture on this stream (an invalidated one too) so the stream can be used again.
+    /// A graph the capture created itself (`cuStreamBeginCapture`) is destroyed; with
+    /// `into_own_graph` the graph belongs to the caller and is left alone. Never fails.
+    pub(crate) fn abandon_capture(&self, into_own_graph: bool) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: `raw` is a live stream; `status` is a valid out pointer.
+        if unsafe { drv!(cuStreamIsCapturing(self.raw, &mut status)) }.is_err()
+            || status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        {
+            return;
+        }
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (or invalidated); ending it is legal here because
+        // builders that capture in Global/ThreadLocal mode are `!Send`, so this runs on the thread
+        // that began the capture.
+        let _ = unsafe { drv!(cuStreamEndCapture(self.raw, &mut graph)) };
+        if !graph.is_null() && !into_own_graph {
+            // SAFETY: a graph made by `cuStreamBeginCapture` is owned by whoever ends the capture,
+            // here us, and nothing else refers to it.
+            unsafe { drv_drop!(cuGraphDestroy(graph)) };
+        }
+    }
+}
+
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: the stream was created in `new` and is destroyed exactly once, here; pending
+            // work completes before the driver frees it.
+            unsafe { drv_drop!(cuStreamDestroy_v2(self.raw)) };
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! # cuda-graph
+//!
+//! CUDA graphs for Rust whose illegal uses fail to compile.
+//!
+//! A CUDA graph records GPU work once — by stream capture or by adding nodes explicitly —, is
+//! instantiated into an executable graph, and is replayed many times at a fraction of the launch
+//! cost. This crate puts the capture state machine into the types: a builder is
+//! [`GraphBuilder<K, S>`](GraphBuilder), generic over a kind (`Primary`, `Forked`,
+//! `ConditionalBody`) and a state (`NotStarted`, `Capturing<M>`, `Ended`), and a method exists only
+//! where it is legal. What remains at run time is a thin layer of reference-counted RAII handles
+//! over the CUDA driver, loaded dynamically: a machine without a driver builds and runs, and gets
+//! [`Error::DriverNotFound`] instead of a crash.
+//!
+//! ## Layers
+//! | layer | what |
+//! | --- | --- |
+//! | driver handles (private) | one RAII type per driver object over `cudarc::driver::sys` |
+//! | runtime | [`Device`], [`Stream`], [`Event`], [`DeviceBuffer`], [`Module`], [`Function`], [`LaunchConfig`], [`KernelArgs`], [`Error`] |
+//! | typestate | [`GraphBuilder`] and its markers in [`builder`] |
+//! | executable | [`Graph`], [`GraphCompleteOptions`] |
+//!
+//! Everything a user needs is in the [`prelude`].
+//!
+//! ## Example
+//! ```no_run
+//! use cuda_graph::prelude::*;
+//!
+//! # fn main() -> cuda_graph::Result<()> {
+//! let device = Device::new(0)?;
+//! # let fatbin: &[u8] = &[];
+//! let module = device.load_module(fatbin)?;
+//! let add_one = module.function("add_one")?;
+//! let counter = device.alloc_zeroed::<i32>(1)?;
+//!
+//! let builder = device.create_graph_builder()?.begin_building(Global)?;
+//! for _ in 0..3 {
+//!     // SAFETY: add_one takes one `int*`, and `counter` holds one int.
+//!     unsafe { builder.launch(&add_one, LaunchConfig::single(), &KernelArgs::new().arg(&counter))? };
+//! }
+//! let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
+//! let stream = device.create_stream()?;
+//! graph.launch(&stream)?;
+//! stream.synchronize()?;
+//! assert_eq!(counter.to_vec()?, [3]);
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub(crate) mod driver;
+mod error;
+mod runtime;
+
+pub use driver::{driver_version, DriverVersion};
+pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
+pub use runtime::{
+    Device, DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig,
+    Module, Stream,
+};
+
+/// The public vocabulary: `use cuda_graph::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        driver_version, Device, DeviceBuffer, DeviceCopy, DriverVersion, Error, Event, Function,
+        KernelArg, KernelArgs, LaunchConfig, Module, Result, Stream,
+    };
+}
+
+static_assertions::assert_impl_all!(Error: Send, Sync, std::error::Error, Clone);

@@ -1,0 +1,120 @@
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::Device;
+use crate::driver::drv;
+use crate::driver::memory::DeviceAlloc;
+use crate::error::{Error, Result};
+
+/// Element types that can live in a [`DeviceBuffer`].
+///
+/// # Safety
+/// Every bit pattern of `size_of::<Self>()` bytes must be a valid `Self` (values are copied back
+/// from the device byte for byte), and the type must hold no pointers or references.
+pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
+
+macro_rules! device_copy {
+    ($($t:ty),*) => { $(
+        // SAFETY: a primitive number: every bit pattern is valid and it holds no pointers.
+        unsafe impl DeviceCopy for $t {}
+    )* };
+}
+device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+/// A typed allocation in device memory, freed when the last owner lets go.
+///
+/// Graphs that use the buffer (a kernel argument, a memset or memcpy) hold it too, so dropping
+/// the `DeviceBuffer` while a graph or exec still uses it only drops this handle's share.
+/// `Send + Sync`: the handle is a device address; the data lives on the GPU.
+pub struct DeviceBuffer<T: DeviceCopy> {
+    pub(crate) alloc: Arc<DeviceAlloc>,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &format_args!("{:#x}", self.alloc.ptr))
+            .field("len", &self.len)
+            .field("elem", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    pub(crate) fn new(alloc: Arc<DeviceAlloc>, len: usize) -> Self {
+        DeviceBuffer {
+            alloc,
+            len,
+            _t: PhantomData,
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: zero-length buffers cannot be allocated.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.alloc.bytes
+    }
+
+    /// The raw device address (`CUdeviceptr`), for passing to other CUDA code.
+    pub fn device_ptr(&self) -> u64 {
+        self.alloc.ptr
+    }
+
+    /// The device the buffer lives on.
+    pub fn device(&self) -> Device {
+        Device::from_ctx(&self.alloc.ctx)
+    }
+
+    /// Copies the buffer back to the host (synchronous: waits for prior work on the device).
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.alloc.ctx.bind()?;
+        let mut out = Vec::<T>::with_capacity(self.len);
+        // SAFETY: `out` has room for `len` elements = `bytes` bytes; the driver writes all of them
+        // before returning, and any bit pattern is a valid `T` (`DeviceCopy`).
+        unsafe {
+            drv!(cuMemcpyDtoH_v2(
+                out.as_mut_ptr().cast(),
+                self.alloc.ptr,
+                self.alloc.bytes
+            ))?;
+            out.set_len(self.len);
+        }
+        Ok(out)
+    }
+
+    /// Overwrites the buffer with `data` (synchronous). The lengths must match.
+    pub fn copy_from(&self, data: &[T]) -> Result<()> {
+        if data.len() != self.len {
+            return Err(Error::InvalidArgument(format!(
+                "copy of {} elements into a buffer of {}",
+                data.len(),
+                self.len
+            )));
+        }
+        self.alloc.ctx.bind()?;
+        // SAFETY: `data` holds exactly `bytes` readable bytes; the copy is synchronous.
+        unsafe {
+            drv!(cuMemcpyHtoD_v2(
+                self.alloc.ptr,
+                data.as_ptr().cast(),
+                self.alloc.bytes
+            ))
+        }
+    }
+
+    /// How many handles (this one, graphs, execs) share the allocation. For tests and diagnostics.
+    pub fn share_count(&self) -> usize {
+        Arc::strong_count(&self.alloc)
+    }
+}

@@ -1,0 +1,169 @@
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::{DeviceBuffer, DeviceCopy, Event, Module, Stream};
+use crate::driver::context::PrimaryContext;
+use crate::driver::event::EventHandle;
+use crate::driver::memory::DeviceAlloc;
+use crate::driver::module::ModuleHandle;
+use crate::driver::stream::StreamHandle;
+use crate::driver::{self, drv};
+use crate::error::{Error, Result};
+
+/// A CUDA device and its retained primary context.
+///
+/// Cloning is cheap and shares the context. Every call that needs a context makes this device's
+/// primary context current on the calling thread first. `Send + Sync`.
+///
+/// ```no_run
+/// use cuda_graph::prelude::*;
+/// # fn main() -> cuda_graph::Result<()> {
+/// let device = Device::new(0)?;
+/// let (major, minor) = device.compute_capability()?;
+/// println!("{} (sm_{major}{minor})", device.name()?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) ctx: Arc<PrimaryContext>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("ordinal", &self.ctx.ordinal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// The number of CUDA devices. Fails with [`Error::DriverNotFound`] without a driver.
+    pub fn count() -> Result<usize> {
+        driver::loaded()?;
+        let mut n = 0;
+        // SAFETY: the driver is initialised; `n` is a valid out pointer.
+        unsafe { drv!(cuDeviceGetCount(&mut n)) }?;
+        Ok(n.max(0) as usize)
+    }
+
+    /// Opens device `ordinal` and retains its primary context.
+    ///
+    /// Fails with [`Error::DriverNotFound`] without a driver and [`Error::InvalidDevice`] for an
+    /// ordinal past [`Device::count`].
+    pub fn new(ordinal: usize) -> Result<Device> {
+        let count = Self::count()?;
+        if ordinal >= count {
+            return Err(Error::InvalidDevice { ordinal, count });
+        }
+        let mut dev = 0;
+        // SAFETY: `ordinal` < count; `dev` is a valid out pointer.
+        unsafe { drv!(cuDeviceGet(&mut dev, ordinal as i32)) }?;
+        Ok(Device {
+            ctx: PrimaryContext::retain(ordinal, dev)?,
+        })
+    }
+
+    pub(crate) fn from_ctx(ctx: &Arc<PrimaryContext>) -> Device {
+        Device { ctx: ctx.clone() }
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal
+    }
+
+    /// The device's name, e.g. `NVIDIA H200`.
+    pub fn name(&self) -> Result<String> {
+        let mut buf = [0 as std::ffi::c_char; 256];
+        // SAFETY: `buf` holds 256 bytes and the driver writes at most `len` including the NUL.
+        unsafe { drv!(cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, self.ctx.device)) }?;
+        // SAFETY: the driver wrote a NUL-terminated string into `buf` (zero-initialised, so a NUL
+        // is present even if it wrote nothing).
+        let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+        Ok(name.to_string_lossy().into_owned())
+    }
+
+    fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: `v` is a valid out pointer; `attr` is a valid attribute.
+        unsafe { drv!(cuDeviceGetAttribute(&mut v, attr, self.ctx.device)) }?;
+        Ok(v)
+    }
+
+    /// The compute capability as `(major, minor)`, e.g. `(9, 0)` for Hopper.
+    pub fn compute_capability(&self) -> Result<(u32, u32)> {
+        use sys::CUdevice_attribute::*;
+        let major = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        Ok((major as u32, minor as u32))
+    }
+
+    /// Creates a new non-blocking stream on this device.
+    pub fn create_stream(&self) -> Result<Stream> {
+        Ok(Stream {
+            handle: StreamHandle::new(&self.ctx)?,
+        })
+    }
+
+    /// Creates an event (timing disabled).
+    pub fn create_event(&self) -> Result<Event> {
+        Ok(Event {
+            handle: EventHandle::new(&self.ctx)?,
+        })
+    }
+
+    /// Allocates `len` zeroed elements of `T` on the device.
+    ///
+    /// A zero length, or a size that overflows `usize`, is an [`Error::InvalidArgument`]; an
+    /// allocation the device cannot hold is the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
+    pub fn alloc_zeroed<T: DeviceCopy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        if len == 0 {
+            return Err(Error::InvalidArgument(
+                "cannot allocate a zero-length device buffer".into(),
+            ));
+        }
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{len} elements of {} bytes overflow the address space",
+                    std::mem::size_of::<T>()
+                ))
+            })?;
+        Ok(DeviceBuffer::new(DeviceAlloc::zeroed(&self.ctx, bytes)?, len))
+    }
+
+    /// Allocates a device buffer holding a copy of `data` (synchronous).
+    pub fn htod<T: DeviceCopy>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let buf = self.alloc_zeroed::<T>(data.len())?;
+        buf.copy_from(data)?;
+        Ok(buf)
+    }
+
+    /// Loads a module from a cubin, fatbin or PTX image.
+    ///
+    /// The image is checked before the driver sees it: an empty image, or a cubin/fatbin whose
+    /// header claims more bytes than `image` holds, is an [`Error::InvalidArgument`]. Anything
+    /// else that is neither ELF nor fatbin is passed as PTX text (NUL-terminated for the driver),
+    /// so a bad image gives the driver's error, e.g.
+    /// `cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed`.
+    pub fn load_module(&self, image: &[u8]) -> Result<Module> {
+        let aligned = super::module::prepare_image(image)?;
+        // `aligned` is a u64 buffer, so the image is 8-byte aligned as fatbins require.
+        // SAFETY: reinterpreting `[u64]` as bytes is always valid.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), aligned.len() * 8)
+        };
+        Ok(Module {
+            handle: ModuleHandle::load(&self.ctx, bytes)?,
+        })
+    }
+
+    /// Blocks until all work on this device is done.
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current.
+        unsafe { drv!(cuCtxSynchronize()) }
+    }
+}

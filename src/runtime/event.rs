@@ -1,0 +1,42 @@
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use crate::driver::drv;
+use crate::driver::event::EventHandle;
+use crate::error::Result;
+
+/// A CUDA event: recorded on one stream, waited on by another. Clones share the event.
+/// `Send + Sync`.
+#[derive(Clone)]
+pub struct Event {
+    pub(crate) handle: Arc<EventHandle>,
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event")
+            .field("raw", &self.handle.raw)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Event {
+    /// Blocks until the work recorded before this event has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        self.handle.ctx.bind()?;
+        // SAFETY: the event is live.
+        unsafe { drv!(cuEventSynchronize(self.handle.raw)) }
+    }
+
+    /// Whether the work recorded before this event has completed.
+    pub fn is_complete(&self) -> Result<bool> {
+        self.handle.ctx.bind()?;
+        // SAFETY: the event is live.
+        match unsafe { drv!(cuEventQuery(self.handle.raw)) } {
+            Ok(()) => Ok(true),
+            Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_NOT_READY as u32) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! The runtime layer: devices, streams, events, device memory, modules and kernel launches.
+
+mod buffer;
+mod device;
+mod event;
+mod launch;
+mod module;
+mod stream;
+
+pub use buffer::{DeviceBuffer, DeviceCopy};
+pub use device::Device;
+pub use event::Event;
+pub use launch::{KernelArg, KernelArgs, LaunchConfig};
+pub use module::{Function, Module};
+pub use stream::Stream;
+
+static_assertions::assert_impl_all!(Device: Send, Sync, Clone, std::fmt::Debug);
+static_assertions::assert_impl_all!(Stream: Send, Sync, Clone, std::fmt::Debug);
+static_assertions::assert_impl_all!(Event: Send, Sync, Clone, std::fmt::Debug);
+static_assertions::assert_impl_all!(DeviceBuffer<i32>: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(Module: Send, Sync, Clone, std::fmt::Debug);
+static_assertions::assert_impl_all!(Function: Send, Sync, Clone, std::fmt::Debug);
+static_assertions::assert_impl_all!(KernelArgs: Send, Sync, std::fmt::Debug);
