@@ -47,12 +47,19 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod builder;
 pub(crate) mod driver;
 mod error;
+mod graph;
 mod runtime;
 
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
+pub use builder::{
+    CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Ended, Forked, Global, GraphBuilder,
+    HostCallback, NotStarted, Primary, Relaxed, ThreadLocal,
+};
+pub use graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions, UpdateSource};
 pub use runtime::{
     Device, DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig,
     Module, Stream,
@@ -61,8 +68,11 @@ pub use runtime::{
 /// The public vocabulary: `use cuda_graph::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        driver_version, Device, DeviceBuffer, DeviceCopy, DriverVersion, Error, Event, Function,
-        KernelArg, KernelArgs, LaunchConfig, Module, Result, Stream,
+        driver_version, CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Device,
+        DeviceBuffer, DeviceCopy, DriverVersion, Ended, Error, Event, Forked, Function, Global,
+        Graph, GraphBuilder, GraphCompleteOptions, GraphDebugPrintOptions, HostCallback,
+        KernelArg, KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
+        ThreadLocal,
     };
 }
 

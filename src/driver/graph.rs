@@ -5,15 +5,23 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
 use super::{drv, drv_drop};
 use crate::error::Result;
 
 /// A `CUgraph`: owned (destroyed on drop) or a body owned by a node of another graph, which this
 /// handle then keeps alive.
 #[derive(Debug)]
-pub(crate) struct GraphHandle {
+pub struct GraphHandle {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) raw: sys::CUgraph,
+    /// A process-unique id (raw pointers can be reused after a graph is destroyed).
+    pub(crate) id: u64,
     /// `Some` for a graph owned by a node of `owner` (conditional bodies): never destroyed here.
     owner: Option<Arc<GraphHandle>>,
 }
@@ -39,6 +47,7 @@ impl GraphHandle {
         GraphHandle {
             ctx: ctx.clone(),
             raw,
+            id: next_id(),
             owner: None,
         }
     }
@@ -48,6 +57,7 @@ impl GraphHandle {
         Arc::new(GraphHandle {
             ctx: owner.ctx.clone(),
             raw,
+            id: next_id(),
             owner: Some(owner.clone()),
         })
     }
@@ -58,15 +68,6 @@ impl GraphHandle {
             None => self.clone(),
             Some(o) => o.root(),
         }
-    }
-
-    /// `cuGraphClone`.
-    pub(crate) fn try_clone(&self) -> Result<Arc<Self>> {
-        self.ctx.bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `self.raw` is a live graph; `raw` is a valid out pointer.
-        unsafe { drv!(cuGraphClone(&mut raw, self.raw)) }?;
-        Ok(Arc::new(Self::owned(&self.ctx, raw)))
     }
 }
 

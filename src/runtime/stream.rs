@@ -5,7 +5,7 @@ use cudarc::driver::sys;
 use super::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::driver::stream::StreamHandle;
 use crate::driver::user_object::{self, KeepAlive};
-use crate::driver::{drv, DriverVersion};
+use crate::driver::drv;
 use crate::error::{Error, Result};
 use crate::Device;
 
@@ -64,8 +64,9 @@ impl Stream {
             != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
-    /// If the stream is capturing, moves `make()` into the capture's graph as a user object.
-    pub(crate) fn keep_alive_in_capture(&self, make: impl FnOnce() -> KeepAlive) -> Result<()> {
+    /// If the stream is capturing, moves `make()` into the capture's graph as a user object and
+    /// returns `true`; otherwise returns `false`.
+    pub(crate) fn keep_alive_in_capture(&self, make: impl FnOnce() -> KeepAlive) -> Result<bool> {
         self.handle.ctx.bind()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let mut graph = std::ptr::null_mut();
@@ -82,9 +83,9 @@ impl Stream {
         }?;
         match status {
             sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE if !graph.is_null() => {
-                user_object::retain(graph, make())
+                user_object::retain(graph, make()).map(|()| true)
             }
-            _ => Ok(()),
+            _ => Ok(false),
         }
     }
 
@@ -230,10 +231,5 @@ impl Stream {
             ))
         }?;
         self.synchronize()
-    }
-
-    /// The driver version, for feature checks by callers of the stream.
-    pub(crate) fn driver(&self) -> Result<DriverVersion> {
-        crate::driver::loaded()
     }
 }

@@ -1,0 +1,213 @@
+//! Conditional nodes: `if_then`, `if_else`, `switch`, `while_loop`, and their handles.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::core::{Core, Target};
+use super::kind::{ConditionalBody, Kind};
+use super::state::{IsCapturing, NotStarted};
+use super::GraphBuilder;
+use crate::driver::graph::GraphHandle;
+use crate::driver::{self, drv, DriverVersion};
+use crate::error::{Error, Result};
+use crate::runtime::{KernelArg, KernelArgs};
+
+/// A conditional handle (`CUgraphConditionalHandle`): the value a conditional node tests, set from
+/// device code with `cudaGraphSetConditional` or reset to its default at each launch.
+///
+/// It is `Copy` and passes to kernels as a 64-bit argument. It belongs to the graph whose builder
+/// created it; using it with another graph is an [`Error::ForeignConditionalHandle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConditionalHandle {
+    raw: sys::CUgraphConditionalHandle,
+    graph_id: u64,
+}
+
+impl ConditionalHandle {
+    /// The raw 64-bit handle value.
+    pub fn raw(&self) -> u64 {
+        self.raw
+    }
+}
+
+impl KernelArg for ConditionalHandle {
+    fn push_to(&self, args: &mut KernelArgs) {
+        args.push_value(self.raw);
+    }
+}
+
+/// While capturing: conditional nodes.
+impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
+    fn conditional_graph(&self, feature: &'static str, needs: DriverVersion) -> Result<&Arc<GraphHandle>> {
+        driver::require(feature, needs)?;
+        match (&self.core.graph, self.core.target) {
+            (Some(g), Target::OwnGraph) => Ok(g),
+            _ => Err(Error::Unsupported {
+                feature,
+                needs: DriverVersion::V12_3,
+                driver: driver::loaded()?,
+            }),
+        }
+    }
+
+    /// Creates a conditional handle in this builder's graph (`cuGraphConditionalHandleCreate`).
+    ///
+    /// With `Some(value)` the handle is reset to `value` at the start of every launch; with `None`
+    /// it keeps what device code last set. Needs driver 12.3.
+    pub fn create_conditional_handle(&self, default: Option<u32>) -> Result<ConditionalHandle> {
+        let graph = self.conditional_graph("conditional handles", DriverVersion::V12_3)?;
+        let ctx = &self.core.stream.handle.ctx;
+        ctx.bind()?;
+        let mut raw = 0;
+        let flags = if default.is_some() {
+            sys::CU_GRAPH_COND_ASSIGN_DEFAULT
+        } else {
+            0
+        };
+        // SAFETY: the graph and context are live; `raw` is a valid out pointer.
+        unsafe {
+            drv!(cuGraphConditionalHandleCreate(
+                &mut raw,
+                graph.raw,
+                ctx.raw,
+                default.unwrap_or(0),
+                flags
+            ))
+        }?;
+        Ok(ConditionalHandle {
+            raw,
+            graph_id: graph.id,
+        })
+    }
+
+    /// Adds a conditional node with `size` bodies after the capture's current work, and returns
+    /// one `NotStarted` body builder per body graph.
+    fn conditional(
+        &self,
+        handle: &ConditionalHandle,
+        ty: sys::CUgraphConditionalNodeType,
+        size: u32,
+        feature: &'static str,
+        needs: DriverVersion,
+    ) -> Result<Vec<GraphBuilder<ConditionalBody<'_>, NotStarted>>> {
+        let graph = self.conditional_graph(feature, needs)?.clone();
+        if handle.graph_id != graph.id {
+            return Err(Error::ForeignConditionalHandle);
+        }
+        if size == 0 {
+            return Err(Error::InvalidArgument(
+                "a conditional node needs at least one body".into(),
+            ));
+        }
+        // SAFETY: zeroed node parameters are valid plain C data; the used fields are set below.
+        let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+        params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+        params.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
+            handle: handle.raw,
+            type_: ty,
+            size,
+            phGraph_out: std::ptr::null_mut(),
+            ctx: self.core.stream.handle.ctx.raw,
+        };
+        self.core.add_node(&mut params)?;
+        // SAFETY: after a successful add the driver set `phGraph_out` to an array of `size` body
+        // graphs owned by the node, valid as long as the node (and so `graph`) lives.
+        let bodies: Vec<sys::CUgraph> = unsafe {
+            let out = params.__bindgen_anon_1.conditional.phGraph_out;
+            if out.is_null() {
+                return Err(Error::InvalidArgument(
+                    "the driver returned no conditional body graphs".into(),
+                ));
+            }
+            std::slice::from_raw_parts(out, size as usize).to_vec()
+        };
+        let device = self.core.stream.device();
+        bodies
+            .into_iter()
+            .map(|raw| {
+                let mut core = Core::new(device.create_stream()?);
+                core.graph = Some(GraphHandle::body(&graph, raw));
+                core.target = Target::OwnGraph;
+                Ok(GraphBuilder {
+                    core,
+                    kind: ConditionalBody {
+                        _parent: PhantomData,
+                    },
+                    state: NotStarted,
+                })
+            })
+            .collect()
+    }
+
+    /// Adds an IF node: its body runs when the handle's value is non-zero. Needs driver 12.3.
+    ///
+    /// The body is a `GraphBuilder<ConditionalBody, NotStarted>`: begin, record, end (or leave it
+    /// empty). It borrows this builder, so this builder cannot end while the body is open.
+    pub fn if_then(&self, handle: &ConditionalHandle) -> Result<GraphBuilder<ConditionalBody<'_>, NotStarted>> {
+        let mut v = self.conditional(
+            handle,
+            sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
+            1,
+            "conditional IF nodes",
+            DriverVersion::V12_3,
+        )?;
+        v.pop().ok_or_else(|| Error::InvalidArgument("no body".into()))
+    }
+
+    /// Adds an IF node with an ELSE body: `(then, else)`; `then` runs when the value is non-zero,
+    /// `else` when it is zero. Needs driver 12.8.
+    #[allow(clippy::type_complexity)]
+    pub fn if_else(
+        &self,
+        handle: &ConditionalHandle,
+    ) -> Result<(
+        GraphBuilder<ConditionalBody<'_>, NotStarted>,
+        GraphBuilder<ConditionalBody<'_>, NotStarted>,
+    )> {
+        let mut v = self.conditional(
+            handle,
+            sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
+            2,
+            "conditional IF nodes with an ELSE body",
+            DriverVersion::V12_8,
+        )?;
+        let else_body = v.pop();
+        let then_body = v.pop();
+        match (then_body, else_body) {
+            (Some(t), Some(e)) => Ok((t, e)),
+            _ => Err(Error::InvalidArgument("no bodies".into())),
+        }
+    }
+
+    /// Adds a SWITCH node with `n` bodies: body `i` runs when the value is `i`; a value `>= n` runs
+    /// none. Needs driver 12.8. `n == 0` is an [`Error::InvalidArgument`].
+    pub fn switch(
+        &self,
+        handle: &ConditionalHandle,
+        n: u32,
+    ) -> Result<Vec<GraphBuilder<ConditionalBody<'_>, NotStarted>>> {
+        self.conditional(
+            handle,
+            sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH,
+            n,
+            "conditional SWITCH nodes",
+            DriverVersion::V12_8,
+        )
+    }
+
+    /// Adds a WHILE node: its body runs again and again while the handle's value is non-zero
+    /// (tested before each iteration). The body sets the value with `cudaGraphSetConditional`.
+    /// Needs driver 12.3.
+    pub fn while_loop(&self, handle: &ConditionalHandle) -> Result<GraphBuilder<ConditionalBody<'_>, NotStarted>> {
+        let mut v = self.conditional(
+            handle,
+            sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
+            1,
+            "conditional WHILE nodes",
+            DriverVersion::V12_3,
+        )?;
+        v.pop().ok_or_else(|| Error::InvalidArgument("no body".into()))
+    }
+}

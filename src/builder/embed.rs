@@ -1,0 +1,42 @@
+//! Child graphs: `embed(&child)`.
+
+use cudarc::driver::sys;
+
+use super::kind::{Kind, StandsAlone};
+use super::state::{IsCapturing, IsEnded};
+use super::GraphBuilder;
+use crate::graph::source::FinishedGraph;
+use crate::error::{Error, Result};
+
+/// A finished graph that can be embedded as a child-graph node: an ended primary builder or a
+/// [`GraphDefinition`](crate::GraphDefinition).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be embedded as a child graph",
+    label = "a child graph must be finished",
+    note = "embed an ended primary builder (call `end_building()` on it first) or a `GraphDefinition`"
+)]
+pub trait ChildGraph: FinishedGraph {}
+
+impl<K: StandsAlone, S: IsEnded> ChildGraph for GraphBuilder<K, S> {}
+
+/// While capturing: child graphs.
+impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
+    /// Adds a child-graph node that runs a copy of `child`, after everything recorded so far;
+    /// later work runs after it. The child's resources stay alive with this graph.
+    pub fn embed(&self, child: &impl ChildGraph) -> Result<()> {
+        let child = child.finished_graph()?;
+        if child.ctx.device != self.core.stream.handle.ctx.device {
+            return Err(Error::InvalidArgument(
+                "the child graph belongs to another device".into(),
+            ));
+        }
+        let keep = child.root();
+        self.core.stream.keep_alive_in_capture(|| Box::new(keep))?;
+        // SAFETY: zeroed node parameters are valid plain C data; the fields used are set below.
+        let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+        params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH;
+        params.__bindgen_anon_1.graph = sys::CUDA_CHILD_GRAPH_NODE_PARAMS { graph: child.raw };
+        self.core.add_node(&mut params)?;
+        Ok(())
+    }
+}

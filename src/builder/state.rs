@@ -1,0 +1,153 @@
+//! Capture states and capture modes.
+//!
+//! A builder starts [`NotStarted`], becomes [`Capturing<M>`] with `begin_building(mode)` and
+//! [`Ended`] with `end_building()`. The traits here are sealed: only these states exist.
+
+use std::marker::PhantomData;
+
+use cudarc::driver::sys::CUstreamCaptureMode;
+
+pub(crate) mod sealed {
+    pub trait Sealed {}
+}
+
+/// A capture state: [`NotStarted`], [`Capturing<M>`] or [`Ended`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a capture state",
+    note = "the states are `NotStarted`, `Capturing<Global | ThreadLocal | Relaxed>` and `Ended`"
+)]
+pub trait State: sealed::Sealed {}
+
+/// The state of a builder that has not begun capturing: call `begin_building(mode)`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NotStarted;
+
+/// The state of a builder that is capturing in mode `M`: issue work, then `end_building()`.
+///
+/// `Capturing<Global>` and `Capturing<ThreadLocal>` are `!Send`: CUDA requires that such a capture
+/// ends on the thread that began it. `Capturing<Relaxed>` is `Send`.
+pub struct Capturing<M: CaptureMode> {
+    _mode: PhantomData<M>,
+    _thread: M::ThreadBinding,
+}
+
+impl<M: CaptureMode> std::fmt::Debug for Capturing<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Capturing<{}>", M::NAME)
+    }
+}
+
+impl<M: CaptureMode> Capturing<M> {
+    pub(crate) fn new() -> Self {
+        Capturing {
+            _mode: PhantomData,
+            _thread: M::ThreadBinding::default(),
+        }
+    }
+}
+
+/// The state of a builder whose capture has ended: complete it into a `Graph`, print it, embed it,
+/// or use it to update an exec.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ended;
+
+impl sealed::Sealed for NotStarted {}
+impl<M: CaptureMode> sealed::Sealed for Capturing<M> {}
+impl sealed::Sealed for Ended {}
+impl State for NotStarted {}
+impl<M: CaptureMode> State for Capturing<M> {}
+impl State for Ended {}
+
+/// States from which `begin_building` is legal: only [`NotStarted`].
+#[diagnostic::on_unimplemented(
+    message = "a builder that is `{Self}` cannot begin building",
+    label = "`begin_building` needs a `NotStarted` builder",
+    note = "a `Capturing` builder is already building: issue work, then call `end_building()`",
+    note = "an `Ended` builder cannot resume capturing: create a new builder with `create_graph_builder()`"
+)]
+pub trait Unstarted: State {}
+impl Unstarted for NotStarted {}
+
+/// States in which work can be recorded: [`Capturing<M>`] for any mode.
+#[diagnostic::on_unimplemented(
+    message = "a builder that is `{Self}` is not capturing",
+    label = "this needs a `Capturing` builder",
+    note = "call `begin_building(Global)` (or `ThreadLocal` / `Relaxed`) first; an `Ended` builder cannot record more work"
+)]
+pub trait IsCapturing: State {
+    /// The capture mode.
+    type Mode: CaptureMode;
+}
+impl<M: CaptureMode> IsCapturing for Capturing<M> {
+    type Mode = M;
+}
+
+/// States whose graph is finished: only [`Ended`].
+#[diagnostic::on_unimplemented(
+    message = "a builder that is `{Self}` has not ended its capture",
+    label = "this needs an `Ended` builder",
+    note = "call `end_building()` on the capturing builder first (and `begin_building(mode)` before that)"
+)]
+pub trait IsEnded: State {}
+impl IsEnded for Ended {}
+
+/// A zero-sized value that is `!Send` (it holds a raw pointer type), pinning a `Global` or
+/// `ThreadLocal` capture to the thread that began it.
+#[derive(Default)]
+pub struct BoundToCapturingThread(PhantomData<*const ()>);
+
+// SAFETY: sharing `&Capturing<Global>` across threads is harmless (the builder's recording methods
+// go to the driver, which checks the thread); only moving it, and so ending it elsewhere, is not.
+unsafe impl Sync for BoundToCapturingThread {}
+
+/// A stream capture mode (`CUstreamCaptureMode`), passed as a value to `begin_building`.
+pub trait CaptureMode: sealed::Sealed + Copy + Default + 'static {
+    /// `BoundToCapturingThread` for `Global` and `ThreadLocal`, `()` for `Relaxed`.
+    type ThreadBinding: Default + Sync;
+    /// The mode's name.
+    const NAME: &'static str;
+    /// The driver's mode value.
+    #[doc(hidden)]
+    fn raw(self) -> CUstreamCaptureMode;
+}
+
+/// `CU_STREAM_CAPTURE_MODE_GLOBAL`: while capturing, potentially unsafe API calls from any thread
+/// (e.g. a synchronous copy) invalidate the capture. The builder must stay on its thread.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Global;
+
+/// `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`: only unsafe calls from this thread invalidate the
+/// capture. The builder must stay on its thread.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ThreadLocal;
+
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: no calls are checked; the capture may end on another thread,
+/// so a `Capturing<Relaxed>` builder is `Send`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Relaxed;
+
+impl sealed::Sealed for Global {}
+impl sealed::Sealed for ThreadLocal {}
+impl sealed::Sealed for Relaxed {}
+
+impl CaptureMode for Global {
+    type ThreadBinding = BoundToCapturingThread;
+    const NAME: &'static str = "Global";
+    fn raw(self) -> CUstreamCaptureMode {
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
+    }
+}
+impl CaptureMode for ThreadLocal {
+    type ThreadBinding = BoundToCapturingThread;
+    const NAME: &'static str = "ThreadLocal";
+    fn raw(self) -> CUstreamCaptureMode {
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    }
+}
+impl CaptureMode for Relaxed {
+    type ThreadBinding = ();
+    const NAME: &'static str = "Relaxed";
+    fn raw(self) -> CUstreamCaptureMode {
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED
+    }
+}

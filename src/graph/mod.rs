@@ -1,0 +1,251 @@
+//! The executable layer: [`Graph`] (a `CUgraphExec`), its options, update and DOT output.
+
+use std::ffi::CString;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys;
+
+use crate::builder::{GraphBuilder, IsEnded, StandsAlone};
+use crate::driver::graph::{ExecHandle, GraphHandle};
+use crate::driver::{self, drv, DriverVersion};
+use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
+use crate::runtime::{Event, Stream};
+
+mod debug;
+pub use debug::GraphDebugPrintOptions;
+pub(crate) use debug::dot_print;
+
+/// Options for instantiating a graph (`CUgraphInstantiate_flags`). All off by default.
+#[derive(Debug, Clone, Default)]
+pub struct GraphCompleteOptions {
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: free memory allocated by the graph's
+    /// allocation nodes that is still unfreed when the graph is launched again.
+    pub auto_free_on_launch: bool,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`: upload the exec on this stream as part of
+    /// instantiation, so the first launch does not pay for it.
+    pub upload_stream: Option<Stream>,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`: make the exec launchable from device code.
+    /// The driver restricts which nodes such a graph may hold.
+    pub device_launch: bool,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY`: launch each kernel node with its own
+    /// priority attribute instead of the launch stream's.
+    pub use_node_priority: bool,
+}
+
+impl GraphCompleteOptions {
+    fn flags(&self) -> u64 {
+        type F = sys::CUgraphInstantiate_flags_enum;
+        [
+            (self.auto_free_on_launch, F::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH),
+            (self.upload_stream.is_some(), F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD),
+            (self.device_launch, F::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH),
+            (self.use_node_priority, F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0u64, |acc, (_, f)| acc | f.0 as u64)
+    }
+}
+
+pub(crate) mod source {
+    use super::*;
+
+    /// A finished graph of this crate's (sealed: only this crate implements it).
+    pub trait FinishedGraph {
+        /// The graph.
+        fn finished_graph(&self) -> Result<&Arc<GraphHandle>>;
+    }
+
+    impl<K: StandsAlone, S: IsEnded> FinishedGraph for GraphBuilder<K, S> {
+        fn finished_graph(&self) -> Result<&Arc<GraphHandle>> {
+            self.ended_graph()
+        }
+    }
+}
+
+/// What an exec can be updated from: an ended primary builder, or a graph definition.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the source of a graph update",
+    label = "an update source must be a finished graph",
+    note = "update from an ended primary builder (call `end_building()` first) or a `GraphDefinition`"
+)]
+pub trait UpdateSource: source::FinishedGraph {}
+
+impl<K: StandsAlone, S: IsEnded> UpdateSource for GraphBuilder<K, S> {}
+
+/// An executable graph (`CUgraphExec`): launch it as often as you like.
+///
+/// Made by [`GraphBuilder::complete`]. It keeps everything its nodes use alive (through the user
+/// objects it inherited from its graph), so it runs after the builder and every buffer handle
+/// are dropped. Dropping it destroys the exec once; the driver waits for pending launches.
+/// `Send + Sync`.
+pub struct Graph {
+    exec: ExecHandle,
+    /// The graphs of successful updates: the exec may use their operands.
+    adopted: Mutex<Adopted>,
+}
+
+#[derive(Default)]
+struct Adopted {
+    /// The source of the latest update.
+    current: Option<Arc<GraphHandle>>,
+    /// Earlier sources, kept until every launch that could use them has finished.
+    retired: Vec<Arc<GraphHandle>>,
+    /// Recorded after the latest launch.
+    last_launch: Option<Event>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("exec", &self.exec.raw)
+            .finish_non_exhaustive()
+    }
+}
+
+fn instantiate_failure(r: sys::CUgraphInstantiateResult) -> InstantiateFailure {
+    use sys::CUgraphInstantiateResult::*;
+    match r {
+        CUDA_GRAPH_INSTANTIATE_ERROR => InstantiateFailure::InvalidStructure,
+        CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE => InstantiateFailure::InvalidGraphStructure,
+        CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED => {
+            InstantiateFailure::NodeOperationNotSupported
+        }
+        CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED => {
+            InstantiateFailure::MultipleContextsNotSupported
+        }
+        CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED => {
+            InstantiateFailure::ConditionalHandleUnused
+        }
+        other => InstantiateFailure::Other(other as u32),
+    }
+}
+
+fn update_failure(r: sys::CUgraphExecUpdateResult) -> UpdateFailure {
+    use sys::CUgraphExecUpdateResult::*;
+    match r {
+        CU_GRAPH_EXEC_UPDATE_ERROR => UpdateFailure::Error,
+        CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => UpdateFailure::TopologyChanged,
+        CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => UpdateFailure::NodeTypeChanged,
+        CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => UpdateFailure::FunctionChanged,
+        CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => UpdateFailure::ParametersChanged,
+        CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => UpdateFailure::NotSupported,
+        CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE => {
+            UpdateFailure::UnsupportedFunctionChange
+        }
+        CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED => UpdateFailure::AttributesChanged,
+        other => UpdateFailure::Other(other as u32),
+    }
+}
+
+impl Graph {
+    /// `cuGraphInstantiateWithParams`, with `result_out` checked before the exec is wrapped.
+    pub(crate) fn instantiate(graph: &Arc<GraphHandle>, options: &GraphCompleteOptions) -> Result<Graph> {
+        driver::require("cuGraphInstantiateWithParams", DriverVersion::V12_0)?;
+        graph.ctx.bind()?;
+        let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+            flags: options.flags(),
+            hUploadStream: options
+                .upload_stream
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |s| s.raw()),
+            hErrNode_out: std::ptr::null_mut(),
+            result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
+        };
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: `graph` is live; `params` is fully initialised; `exec` is a valid out pointer.
+        let r = unsafe { drv!(cuGraphInstantiateWithParams(&mut exec, graph.raw, &mut params)) };
+        let result = params.result_out;
+        if result != sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS {
+            if !exec.is_null() {
+                // SAFETY: an exec returned despite a failure result is ours to destroy.
+                unsafe { crate::driver::drv_drop!(cuGraphExecDestroy(exec)) };
+            }
+            return Err(Error::Instantiate {
+                reason: instantiate_failure(result),
+                source: r.err().and_then(|e| e.driver_error().cloned()),
+            });
+        }
+        r?;
+        if exec.is_null() {
+            return Err(Error::InvalidArgument("instantiation returned no exec".into()));
+        }
+        Ok(Graph {
+            exec: ExecHandle {
+                ctx: graph.ctx.clone(),
+                raw: exec,
+            },
+            adopted: Mutex::new(Adopted::default()),
+        })
+    }
+
+    /// Launches the graph on `stream` (`cuGraphLaunch`).
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        self.exec.ctx.bind()?;
+        // SAFETY: exec and stream are live.
+        unsafe { drv!(cuGraphLaunch(self.exec.raw, stream.raw())) }?;
+        let mut adopted = self.adopted.lock().unwrap_or_else(|p| p.into_inner());
+        if adopted.current.is_some() || !adopted.retired.is_empty() {
+            // Only needed to know when retired update sources may be released.
+            let event = stream.device().create_event()?;
+            stream.record(&event)?;
+            adopted.last_launch = Some(event);
+        }
+        Ok(())
+    }
+
+    /// Uploads the graph's work to the device ahead of the first launch (`cuGraphUpload`).
+    pub fn upload(&self, stream: &Stream) -> Result<()> {
+        self.exec.ctx.bind()?;
+        // SAFETY: exec and stream are live.
+        unsafe { drv!(cuGraphUpload(self.exec.raw, stream.raw())) }
+    }
+
+    /// Updates the exec's node parameters from `source` — an ended primary builder or a
+    /// [`GraphDefinition`](crate::GraphDefinition) with the same topology
+    /// (`cuGraphExecUpdate_v2`).
+    ///
+    /// On failure the error names the reason (e.g. [`UpdateFailure::TopologyChanged`]) and the
+    /// exec is unchanged: it keeps working as before, with its own operands. On success the exec
+    /// keeps `source`'s operands alive.
+    pub fn update(&mut self, source: &impl UpdateSource) -> Result<()> {
+        let graph = source.finished_graph()?;
+        self.exec.ctx.bind()?;
+        // SAFETY: a zeroed result-info struct is a valid out parameter (plain C data).
+        let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+        // SAFETY: exec and graph are live; `info` is a valid out pointer.
+        let r = unsafe { drv!(cuGraphExecUpdate_v2(self.exec.raw, graph.raw, &mut info)) };
+        if info.result != sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS || r.is_err() {
+            return Err(Error::Update {
+                reason: update_failure(info.result),
+                source: r.err().and_then(|e| e.driver_error().cloned()),
+            });
+        }
+        let mut adopted = self.adopted.lock().unwrap_or_else(|p| p.into_inner());
+        let previous = adopted.current.replace(graph.root());
+        adopted.retired.extend(previous);
+        let done = match &adopted.last_launch {
+            None => true,
+            Some(e) => e.is_complete().unwrap_or(false),
+        };
+        if done {
+            adopted.retired.clear();
+        }
+        Ok(())
+    }
+}
+
+static_assertions::assert_impl_all!(Graph: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(GraphCompleteOptions: Send, Sync, Default, Clone);
+
+pub(crate) fn path_cstring(path: &Path) -> Result<CString> {
+    let s = path.to_str().ok_or_else(|| Error::Io {
+        path: path.display().to_string(),
+        message: "the path is not valid UTF-8".into(),
+    })?;
+    CString::new(s).map_err(|_| Error::Io {
+        path: s.to_string(),
+        message: "the path contains a NUL byte".into(),
+    })
+}
