@@ -4,7 +4,8 @@
 //! and handed to the driver as a user object moved into the graph. Instantiation carries the
 //! reference to each exec. When the last graph and exec let go, the driver calls [`destroy`],
 //! which must not call CUDA: it only sends the box to a reaper thread, which drops it (and so may
-//! free device memory) outside the driver's callback.
+//! free device memory) outside the driver's callback. The reaper runs in relaxed capture mode, so
+//! a release never invalidates a `Global` capture that another thread is recording.
 
 use std::any::Any;
 use std::ffi::c_void;
@@ -28,6 +29,12 @@ fn reaper() -> Option<&'static Sender<KeepAlive>> {
             std::thread::Builder::new()
                 .name("cuda-graph-release".into())
                 .spawn(move || {
+                    // Dropping a value may free device memory. In the default (global) mode that
+                    // call would invalidate a `Global` capture running on another thread at the
+                    // time; the release thread's calls never touch a capture, so it relaxes them.
+                    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+                    // SAFETY: only sets this thread's capture interaction mode; `mode` is valid.
+                    let _ = unsafe { drv!(cuThreadExchangeStreamCaptureMode(&mut mode)) };
                     for value in rx {
                         drop(value);
                     }

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds every test, bench and example binary in release and copies them, with what they load,
+# into gpu-bundle/ (git-ignored), together with run-all.sh, which runs the whole suite on a
+# machine that has a GPU but no cargo:
+#
+#   scripts/gpu-bundle.sh            # here
+#   bash gpu-bundle/run-all.sh       # there (from the repository root, or anywhere)
+#   SANITIZE=1 bash gpu-bundle/run-all.sh   # the GPU suite under compute-sanitizer memcheck
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=gpu-bundle
+rm -rf "$out"
+mkdir -p "$out"
+
+exes() { # cargo subcommand args... -> executable paths
+  cargo "$@" --message-format=json |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["target"]["kind"][0], m["target"]["name"], m["executable"])'
+}
+
+{
+  exes test --release --no-run --tests
+  exes bench --no-run
+  exes build --release --examples
+} | sort -u | while read -r kind name path; do
+  case "$kind" in
+    test) dest="$out/test-$name" ;;
+    bench) dest="$out/bench-$name" ;;
+    example) dest="$out/example-$name" ;;
+    lib) dest="$out/unit-$name" ;;
+    *) dest="$out/$kind-$name" ;;
+  esac
+  cp "$path" "$dest"
+  strip "$dest" 2>/dev/null || true
+done
+# Unit tests of the library itself.
+
+cat > "$out/run-all.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs the bundled suite. Exit status: non-zero if anything failed.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+status=0
+run() { echo "=== $*"; "$@" || { echo "!!! FAILED: $*"; status=1; }; }
+for t in "$here"/unit-* "$here"/test-*; do
+  [ -x "$t" ] || continue
+  if [ "${SANITIZE:-0}" = 1 ] && [ "$(basename "$t")" = test-gpu ]; then
+    run compute-sanitizer --tool memcheck --error-exitcode 1 "$t"
+  else
+    run "$t"
+  fi
+done
+for e in "$here"/example-*; do
+  [ -x "$e" ] && run "$e"
+done
+if [ "${BENCH:-0}" = 1 ]; then
+  for b in "$here"/bench-*; do
+    [ -x "$b" ] && run "$b" --bench
+  done
+fi
+echo "=== run-all: $([ $status = 0 ] && echo ok || echo FAILED)"
+exit $status
+RUN
+chmod +x "$out/run-all.sh"
+du -sh "$out"
+ls -l "$out"

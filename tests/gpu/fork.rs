@@ -1,0 +1,245 @@
+//! Forks and joins, child graphs, host callbacks.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use cuda_graph::prelude::*;
+
+use crate::args;
+use crate::support::{eventually, one, Gpu, Needs, TestResult};
+
+pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    ("fork::fork_join_two_branches", Needs::Gpu, fork_join_two_branches),
+    ("fork::fork_join_three_branches", Needs::Gpu, fork_join_three_branches),
+    ("fork::fork_of_a_fork", Needs::Gpu, fork_of_a_fork),
+    ("fork::fork_dropped_without_join_gives_a_valid_graph", Needs::Gpu, fork_dropped_without_join_gives_a_valid_graph),
+    ("fork::builder_owned_streams_live_as_long_as_needed", Needs::Gpu, builder_owned_streams_live_as_long_as_needed),
+    ("fork::child_graph_embedded_between_two_kernels", Needs::Gpu, child_graph_embedded_between_two_kernels),
+    ("fork::embedded_child_outlives_its_builder", Needs::Gpu, embedded_child_outlives_its_builder),
+    ("fork::callback_runs_once_per_launch_and_outlives_other_references", Needs::Gpu, callback_runs_once_per_launch_and_outlives_other_references),
+    ("fork::callback_state_released_after_last_graph_and_exec", Needs::Gpu, callback_state_released_after_last_graph_and_exec),
+    ("fork::callback_panic_is_caught", Needs::Gpu, callback_panic_is_caught),
+];
+
+fn run(gpu: &Gpu, g: &Graph) -> TestResult {
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    Ok(())
+}
+
+fn fork_join_two_branches(gpu: &Gpu) -> TestResult {
+    let (affine, add_one) = (gpu.f("affine"), gpu.f("add_one"));
+    let (a, b) = (gpu.device.alloc_zeroed::<i32>(1)?, gpu.device.alloc_zeroed::<i32>(1)?);
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: add_one(int*), affine(int*, int, int).
+    unsafe { p.launch(&add_one, one(), &args![&a])? }; // a = 1 before the fork
+    let [l, r] = p.split::<2>()?;
+    unsafe {
+        l.launch(&affine, one(), &args![&a, 10i32, 0i32])?; // a = 10, after the parent's add
+        r.launch(&affine, one(), &args![&b, 1i32, 7i32])?; // b = 7
+    }
+    p.join([l, r])?;
+    unsafe { p.launch(&add_one, one(), &args![&a])? }; // after the join: a = 11
+    let g = p.end_building()?.complete(&Default::default())?;
+    run(gpu, &g)?;
+    assert_eq!((a.to_vec()?[0], b.to_vec()?[0]), (11, 7));
+    Ok(())
+}
+
+fn fork_join_three_branches(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let bufs: Vec<_> = (0..3).map(|_| gpu.device.alloc_zeroed::<i32>(1)).collect::<Result<_, _>>()?;
+    let p = gpu.device.create_graph_builder()?.begin_building(ThreadLocal)?;
+    let forks = p.split::<3>()?;
+    for (i, f) in forks.iter().enumerate() {
+        // SAFETY: affine(int*, int, int).
+        unsafe { f.launch(&affine, one(), &args![&bufs[i], 1i32, (i as i32 + 1) * 100])? };
+    }
+    p.join(forks)?;
+    let g = p.end_building()?.complete(&Default::default())?;
+    run(gpu, &g)?;
+    let got: Vec<i32> = bufs.iter().map(|b| b.to_vec().map(|v| v[0])).collect::<Result<_, _>>()?;
+    assert_eq!(got, [100, 200, 300]);
+    Ok(())
+}
+
+fn fork_of_a_fork(gpu: &Gpu) -> TestResult {
+    let add_one_at = gpu.f("add_one_at");
+    let buf = gpu.device.alloc_zeroed::<i32>(4)?;
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let [a, b] = p.split::<2>()?;
+    {
+        let [a1, a2] = a.split::<2>()?;
+        // SAFETY: add_one_at(int*, int) with i < 4.
+        unsafe {
+            a1.launch(&add_one_at, one(), &args![&buf, 0i32])?;
+            a2.launch(&add_one_at, one(), &args![&buf, 1i32])?;
+        }
+        a.join([a1, a2])?;
+    }
+    unsafe {
+        a.launch(&add_one_at, one(), &args![&buf, 2i32])?;
+        b.launch(&add_one_at, one(), &args![&buf, 3i32])?;
+    }
+    p.join([a, b])?;
+    let g = p.end_building()?.complete(&Default::default())?;
+    run(gpu, &g)?;
+    run(gpu, &g)?;
+    assert_eq!(buf.to_vec()?, [2, 2, 2, 2]);
+    Ok(())
+}
+
+fn fork_dropped_without_join_gives_a_valid_graph(gpu: &Gpu) -> TestResult {
+    let add_one_at = gpu.f("add_one_at");
+    let buf = gpu.device.alloc_zeroed::<i32>(2)?;
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    {
+        let [x, y] = p.split::<2>()?;
+        // SAFETY: add_one_at(int*, int) with i < 2.
+        unsafe {
+            x.launch(&add_one_at, one(), &args![&buf, 0i32])?;
+            y.launch(&add_one_at, one(), &args![&buf, 1i32])?;
+        }
+        // no join: dropping x and y joins them
+    }
+    let g = p.end_building()?.complete(&Default::default())?;
+    run(gpu, &g)?;
+    assert_eq!(buf.to_vec()?, [1, 1]);
+    Ok(())
+}
+
+fn builder_owned_streams_live_as_long_as_needed(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let graph = {
+        let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+        {
+            let forks = p.split::<4>()?;
+            // Only one fork writes: the forks run concurrently and add_one is not atomic.
+            // SAFETY: add_one(int*).
+            unsafe { forks[0].launch(&add_one, one(), &args![&buf])? };
+            drop(forks); // the fork streams must stay alive until the capture ends
+        }
+        unsafe { p.launch(&add_one, one(), &args![&buf])? };
+        p.end_building()?.complete(&Default::default())?
+        // the builder and its own stream drop here
+    };
+    run(gpu, &graph)?;
+    assert_eq!(buf.to_vec()?, [2]);
+    Ok(())
+}
+
+fn child_graph_embedded_between_two_kernels(gpu: &Gpu) -> TestResult {
+    let add_one_at = gpu.f("add_one_at");
+    let a = gpu.device.alloc_zeroed::<i32>(2)?;
+    let child = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    for _ in 0..3 {
+        // SAFETY: add_one_at(int*, int) with i < 2.
+        unsafe { child.launch(&add_one_at, one(), &args![&a, 1i32])? };
+    }
+    let child = child.end_building()?;
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    unsafe { p.launch(&add_one_at, one(), &args![&a, 0i32])? };
+    p.embed(&child)?;
+    unsafe { p.launch(&add_one_at, one(), &args![&a, 0i32])? };
+    let g = p.end_building()?.complete(&Default::default())?;
+    run(gpu, &g)?;
+    assert_eq!(a.to_vec()?, [2, 3]);
+    Ok(())
+}
+
+fn embedded_child_outlives_its_builder(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let a = gpu.device.alloc_zeroed::<i32>(1)?;
+    let inner = gpu.device.alloc_zeroed::<i32>(1)?;
+    let child = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe {
+        child.launch(&add_one, one(), &args![&inner])?;
+        child.launch(&add_one, one(), &args![&a])?;
+    }
+    let child = child.end_building()?;
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    p.embed(&child)?;
+    let ended = p.end_building()?;
+    // The child builder and the `inner` handle go; the parent's graph keeps what they held.
+    drop(child);
+    drop(inner);
+    let g = ended.complete(&Default::default())?;
+    drop(ended);
+    run(gpu, &g)?;
+    assert_eq!(a.to_vec()?, [1]);
+    Ok(())
+}
+
+fn callback_runs_once_per_launch_and_outlives_other_references(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let counter = Arc::new(AtomicUsize::new(0));
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    let c = counter.clone();
+    let cb = p.callback(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+    })?;
+    let graph = p.end_building()?.complete(&Default::default())?;
+    let weak: Weak<AtomicUsize> = Arc::downgrade(&counter);
+    drop(counter); // only the closure holds the counter now
+    let s = gpu.stream();
+    for _ in 0..4 {
+        graph.launch(&s)?;
+    }
+    s.synchronize()?;
+    let counter = weak.upgrade().ok_or("the closure's state was released while the exec holds it")?;
+    assert_eq!(counter.load(Ordering::SeqCst), 4, "once per launch");
+    assert_eq!(cb.calls(), Some(4));
+    assert!(cb.panic_message().is_none());
+    Ok(())
+}
+
+fn callback_state_released_after_last_graph_and_exec(gpu: &Gpu) -> TestResult {
+    let state = Arc::new(AtomicUsize::new(0));
+    let weak = Arc::downgrade(&state);
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let cb = p.callback(move || {
+        state.fetch_add(1, Ordering::SeqCst);
+    })?;
+    let ended = p.end_building()?;
+    let g1 = ended.complete(&Default::default())?;
+    let g2 = ended.complete(&Default::default())?;
+    drop(ended);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(weak.upgrade().is_some(), "released while two execs hold it");
+    drop(g1);
+    let s = gpu.stream();
+    g2.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(weak.upgrade().map(|s| s.load(Ordering::SeqCst)), Some(1));
+    drop(g2);
+    assert!(eventually(|| weak.upgrade().is_none()), "released after the last exec");
+    assert!(cb.is_released());
+    assert_eq!(cb.calls(), None);
+    Ok(())
+}
+
+fn callback_panic_is_caught(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let cb = p.callback(|| panic!("boom in a host callback"))?;
+    // SAFETY: add_one(int*).
+    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    let g = p.end_building()?.complete(&Default::default())?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    g.launch(&s)?;
+    s.synchronize()?;
+    // The GPU work after the callback ran both times; the closure ran once and is disabled.
+    assert_eq!(buf.to_vec()?, [2]);
+    assert_eq!(cb.calls(), Some(0));
+    assert_eq!(cb.panic_message().as_deref(), Some("boom in a host callback"));
+    assert!(matches!(cb.check(), Err(Error::CallbackPanicked(_))));
+    Ok(())
+}

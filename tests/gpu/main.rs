@@ -1,0 +1,47 @@
+//! The GPU suite: one binary, run by `cargo test`. Each test reports itself ignored, with the
+//! reason, where it cannot run (no driver, no device, a device or driver too old), never passed.
+//! Tests run one at a time: a `Global` capture in one test would make another test's unsafe calls
+//! fail.
+
+mod support;
+
+mod builder;
+mod conditional;
+mod fork;
+mod foundation;
+
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use support::{Gpu, Needs, TestResult};
+
+type TestFn = fn(&Gpu) -> TestResult;
+
+fn trial(name: &'static str, needs: Needs, f: TestFn) -> Trial {
+    Trial::ignorable_test(name, move || {
+        let gpu = match support::open() {
+            Ok(g) => g,
+            Err(reason) => return Ok(Completion::ignored_with(reason)),
+        };
+        if let Some(reason) = support::unmet(&gpu, needs) {
+            return Ok(Completion::ignored_with(reason));
+        }
+        f(&gpu).map_err(|e| Failed::from(e.to_string()))?;
+        Ok(Completion::Completed)
+    })
+}
+
+fn main() {
+    let mut args = Arguments::from_args();
+    args.test_threads = Some(1);
+    let mut tests = vec![Trial::test("foundation::no_driver_gives_an_error", || {
+        foundation::no_driver_gives_an_error().map_err(|e| Failed::from(e.to_string()))
+    })];
+    for (name, needs, f) in foundation::TESTS
+        .iter()
+        .chain(builder::TESTS)
+        .chain(fork::TESTS)
+        .chain(conditional::TESTS)
+    {
+        tests.push(trial(name, *needs, *f));
+    }
+    libtest_mimic::run(&args, tests).exit();
+}

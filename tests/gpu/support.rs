@@ -1,0 +1,97 @@
+//! Shared helpers for the GPU suite.
+
+use cuda_graph::prelude::*;
+
+/// The test kernels (see tests/kernels/README.md).
+pub const KERNELS: &[u8] = include_bytes!("../kernels/kernels.fatbin");
+
+/// What every GPU test gets.
+pub struct Gpu {
+    pub device: Device,
+    pub module: Module,
+}
+
+impl Gpu {
+    pub fn f(&self, name: &str) -> Function {
+        self.module.function(name).expect("kernel present in the fatbin")
+    }
+    pub fn stream(&self) -> Stream {
+        self.device.create_stream().expect("stream")
+    }
+}
+
+/// Why a GPU test cannot run here, if it cannot.
+pub fn open() -> Result<Gpu, String> {
+    let device = match Device::new(0) {
+        Ok(d) => d,
+        Err(Error::DriverNotFound) => {
+            return Err("GPU test skipped: no CUDA driver (libcuda) on this machine".into())
+        }
+        Err(Error::InvalidDevice { .. }) => {
+            return Err("GPU test skipped: no CUDA device on this machine".into())
+        }
+        Err(e) => return Err(format!("GPU test skipped: the CUDA device cannot be opened: {e}")),
+    };
+    let module = device
+        .load_module(KERNELS)
+        .map_err(|e| format!("GPU test skipped: the test kernels do not load here: {e}"))?;
+    Ok(Gpu { device, module })
+}
+
+/// Requirements beyond a GPU, checked before a test runs.
+#[derive(Clone, Copy)]
+pub enum Needs {
+    Gpu,
+    /// Conditional nodes: compute capability 9.0 and the given driver.
+    Conditional(DriverVersion),
+}
+
+pub fn unmet(gpu: &Gpu, needs: Needs) -> Option<String> {
+    match needs {
+        Needs::Gpu => None,
+        Needs::Conditional(v) => {
+            let cc = gpu.device.compute_capability().ok()?;
+            if cc < (9, 0) {
+                return Some(format!(
+                    "GPU test skipped: conditional-node tests need compute capability 9.0, this device is {}.{}",
+                    cc.0, cc.1
+                ));
+            }
+            let driver = cuda_graph::driver_version().ok()?;
+            if driver < v {
+                return Some(format!(
+                    "GPU test skipped: needs CUDA driver {v}, this one is {driver}"
+                ));
+            }
+            None
+        }
+    }
+}
+
+/// `KernelArgs` from a list: `args![&buf, 3i32]`.
+#[macro_export]
+macro_rules! args {
+    ($($a:expr),* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut a = cuda_graph::KernelArgs::new();
+        $( a.push($a); )*
+        a
+    }};
+}
+
+pub fn one() -> LaunchConfig {
+    LaunchConfig::single()
+}
+
+/// Waits (bounded) until `cond` holds; for releases that happen on the release thread.
+pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..500 {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    cond()
+}
+
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
