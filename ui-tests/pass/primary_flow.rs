@@ -1,0 +1,23 @@
+//! The primary builder's legal flow, start to finish.
+use cuda_graph::prelude::*;
+
+fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    let builder = device.create_graph_builder()?;
+    let builder = builder.begin_building(Global)?;
+    // SAFETY: the kernel takes one int*.
+    unsafe { builder.launch(f, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    builder.capture_status()?;
+    let ended = builder.end_building()?;
+    ended.debug_dot_print("/tmp/g.dot", &GraphDebugPrintOptions::all())?;
+    let mut graph = ended.complete(&GraphCompleteOptions::default())?;
+    let again = ended.complete(&GraphCompleteOptions { use_node_priority: true, ..Default::default() })?;
+    let stream = device.create_stream()?;
+    graph.launch(&stream)?;
+    again.upload(&stream)?;
+    graph.update(&ended)?;
+    Ok(())
+}
+
+fn main() {
+    let _ = flow;
+}
