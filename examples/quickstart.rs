@@ -24,9 +24,17 @@ fn run() -> cuda_graph::Result<()> {
     let builder = device.create_graph_builder()?.begin_building(Global)?;
     for (m, b) in [(1, 1), (10, 0), (1, 2)] {
         // SAFETY: affine takes (int*, int, int) and `value` holds one int.
-        unsafe { builder.launch(&affine, LaunchConfig::single(), &KernelArgs::new().arg(&value).arg(m).arg(b))? };
+        unsafe {
+            builder.launch(
+                &affine,
+                LaunchConfig::single(),
+                &KernelArgs::new().arg(&value).arg(m).arg(b),
+            )?
+        };
     }
-    let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
+    let graph = builder
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
 
     // ...and replay them as one launch, twice.
     let stream = device.create_stream()?;

@@ -53,16 +53,16 @@ mod error;
 mod graph;
 mod runtime;
 
+pub use builder::{
+    CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Ended, Forked, Global,
+    GraphBuilder, HostCallback, NotStarted, Primary, Relaxed, ThreadLocal,
+};
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
-pub use builder::{
-    CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Ended, Forked, Global, GraphBuilder,
-    HostCallback, NotStarted, Primary, Relaxed, ThreadLocal,
-};
 pub use graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions, UpdateSource};
 pub use runtime::{
-    Device, DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig,
-    Module, Stream,
+    Device, DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig, Module,
+    Stream,
 };
 
 /// The public vocabulary: `use cuda_graph::prelude::*;`.
@@ -70,8 +70,8 @@ pub mod prelude {
     pub use crate::{
         driver_version, CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Device,
         DeviceBuffer, DeviceCopy, DriverVersion, Ended, Error, Event, Forked, Function, Global,
-        Graph, GraphBuilder, GraphCompleteOptions, GraphDebugPrintOptions, HostCallback,
-        KernelArg, KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
+        Graph, GraphBuilder, GraphCompleteOptions, GraphDebugPrintOptions, HostCallback, KernelArg,
+        KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
         ThreadLocal,
     };
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::kind::Kind;
 use super::state::IsCapturing;
+use super::state::State;
 use super::GraphBuilder;
 use crate::driver::drv;
 use crate::error::{Error, Result};
@@ -90,7 +91,11 @@ impl HostCallback {
     /// The message of the panic that disabled the closure, if it panicked.
     pub fn panic_message(&self) -> Option<String> {
         let state = self.state.upgrade()?;
-        let msg = state.panic.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let msg = state
+            .panic
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         msg
     }
 
@@ -104,7 +109,7 @@ impl HostCallback {
 }
 
 /// While capturing: host callbacks.
-impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
+impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Records a host function node that runs `f` on a driver thread, once per launch, after the
     /// work recorded before it (`cuLaunchHostFunc`).
     ///
@@ -120,6 +125,7 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
     /// ```
     pub fn callback<F>(&self, f: F) -> Result<HostCallback>
     where
+        S: IsCapturing,
         F: FnMut() + Send + 'static,
     {
         let state = Arc::new(CallbackState {

@@ -15,7 +15,10 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     ///
     /// If the driver refuses (for example because the stream is already capturing for another
     /// builder), the error is returned and no capture is left running for this builder.
-    pub fn begin_building<M: CaptureMode>(mut self, mode: M) -> Result<GraphBuilder<K, Capturing<M>>>
+    pub fn begin_building<M: CaptureMode>(
+        mut self,
+        mode: M,
+    ) -> Result<GraphBuilder<K, Capturing<M>>>
     where
         S: Unstarted,
     {
@@ -26,15 +29,21 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
 }
 
 /// While `Capturing<M>`: recording work.
-impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
+impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// The stream being captured: work issued on it is recorded into the graph.
-    pub fn stream(&self) -> &Stream {
+    pub fn stream(&self) -> &Stream
+    where
+        S: IsCapturing,
+    {
         &self.core.stream
     }
 
     /// `Ok(())` while the capture is active; [`Error::CaptureInvalidated`] once an illegal call
     /// (such as a synchronous copy in `Global` mode) has invalidated it.
-    pub fn capture_status(&self) -> Result<()> {
+    pub fn capture_status(&self) -> Result<()>
+    where
+        S: IsCapturing,
+    {
         self.core.status()
     }
 
@@ -49,42 +58,62 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
         function: &Function,
         config: LaunchConfig,
         args: &KernelArgs,
-    ) -> Result<()> {
+    ) -> Result<()>
+    where
+        S: IsCapturing,
+    {
         // SAFETY: forwarded from the caller.
         unsafe { self.core.stream.launch(function, config, args) }
     }
 
     /// Records a memset of every byte of `buf` to `value`.
-    pub fn memset_d8<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u8) -> Result<()> {
+    pub fn memset_d8<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u8) -> Result<()>
+    where
+        S: IsCapturing,
+    {
         self.core.stream.memset_d8(buf, value)
     }
 
     /// Records a memset of every 32-bit word of `buf` to `value`.
-    pub fn memset_d32<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u32) -> Result<()> {
+    pub fn memset_d32<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u32) -> Result<()>
+    where
+        S: IsCapturing,
+    {
         self.core.stream.memset_d32(buf, value)
     }
 
     /// Records a device-to-device copy of `src` into `dst`.
-    pub fn memcpy_dtod<T: DeviceCopy>(&self, dst: &DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<()> {
+    pub fn memcpy_dtod<T: DeviceCopy>(
+        &self,
+        dst: &DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+    ) -> Result<()>
+    where
+        S: IsCapturing,
+    {
         self.core.stream.memcpy_dtod(dst, src)
     }
 }
 
 /// `Capturing<M>` → `Ended`, for kinds that own their capture.
-impl<K: OwnsCapture, S: IsCapturing> GraphBuilder<K, S> {
+impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Ends the capture; the next state is `Ended`.
     ///
     /// Does not compile while a fork or conditional body still borrows this builder. If the
     /// capture was invalidated, returns [`Error::CaptureInvalidated`]; the capture is over either
     /// way and the stream is usable.
-    pub fn end_building(mut self) -> Result<GraphBuilder<K, Ended>> {
+    pub fn end_building(mut self) -> Result<GraphBuilder<K, Ended>>
+    where
+        S: IsCapturing,
+        K: OwnsCapture,
+    {
         self.core.end()?;
         Ok(self.into_state(Ended))
     }
 }
 
 /// `Ended`: using the finished graph.
-impl<K: Kind, S: IsEnded> GraphBuilder<K, S> {
+impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Writes the graph as Graphviz DOT to `path` (`cuGraphDebugDotPrint`).
     ///
     /// An unwritable path is an [`Error::Io`].
@@ -95,24 +124,32 @@ impl<K: Kind, S: IsEnded> GraphBuilder<K, S> {
     ) -> Result<()>
     where
         K: OwnsCapture,
+        S: IsEnded,
     {
         let graph = self.ended_graph()?;
         crate::graph::dot_print(graph, path.as_ref(), options)
     }
 
-    pub(crate) fn ended_graph(&self) -> Result<&std::sync::Arc<crate::driver::graph::GraphHandle>> {
+    pub(crate) fn ended_graph(&self) -> Result<&std::sync::Arc<crate::driver::graph::GraphHandle>>
+    where
+        S: IsEnded,
+    {
         self.graph_handle()
             .ok_or_else(|| Error::InvalidArgument("the builder has no graph".into()))
     }
 }
 
 /// `Primary` + `Ended` → [`Graph`].
-impl<K: StandsAlone, S: IsEnded> GraphBuilder<K, S> {
+impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Instantiates the captured graph into an executable [`Graph`]
     /// (`cuGraphInstantiateWithParams`). An ended builder can be completed any number of times.
     ///
     /// A refusal is an [`Error::Instantiate`] naming the driver's reason.
-    pub fn complete(&self, options: &GraphCompleteOptions) -> Result<Graph> {
+    pub fn complete(&self, options: &GraphCompleteOptions) -> Result<Graph>
+    where
+        S: IsEnded,
+        K: StandsAlone,
+    {
         Graph::instantiate(self.ended_graph()?, options)
     }
 }

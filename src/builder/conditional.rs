@@ -7,6 +7,7 @@ use cudarc::driver::sys;
 
 use super::core::{Core, Target};
 use super::kind::{ConditionalBody, Kind};
+use super::state::State;
 use super::state::{IsCapturing, NotStarted};
 use super::GraphBuilder;
 use crate::driver::graph::GraphHandle;
@@ -39,8 +40,15 @@ impl KernelArg for ConditionalHandle {
 }
 
 /// While capturing: conditional nodes.
-impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
-    fn conditional_graph(&self, feature: &'static str, needs: DriverVersion) -> Result<&Arc<GraphHandle>> {
+impl<K: Kind, S: State> GraphBuilder<K, S> {
+    fn conditional_graph(
+        &self,
+        feature: &'static str,
+        needs: DriverVersion,
+    ) -> Result<&Arc<GraphHandle>>
+    where
+        S: IsCapturing,
+    {
         driver::require(feature, needs)?;
         match (&self.core.graph, self.core.target) {
             (Some(g), Target::OwnGraph) => Ok(g),
@@ -56,7 +64,10 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
     ///
     /// With `Some(value)` the handle is reset to `value` at the start of every launch; with `None`
     /// it keeps what device code last set. Needs driver 12.3.
-    pub fn create_conditional_handle(&self, default: Option<u32>) -> Result<ConditionalHandle> {
+    pub fn create_conditional_handle(&self, default: Option<u32>) -> Result<ConditionalHandle>
+    where
+        S: IsCapturing,
+    {
         let graph = self.conditional_graph("conditional handles", DriverVersion::V12_3)?;
         let ctx = &self.core.stream.handle.ctx;
         ctx.bind()?;
@@ -91,7 +102,10 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
         size: u32,
         feature: &'static str,
         needs: DriverVersion,
-    ) -> Result<Vec<GraphBuilder<ConditionalBody<'_>, NotStarted>>> {
+    ) -> Result<Vec<GraphBuilder<ConditionalBody<'_>, NotStarted>>>
+    where
+        S: IsCapturing,
+    {
         let graph = self.conditional_graph(feature, needs)?.clone();
         if handle.graph_id != graph.id {
             return Err(Error::ForeignConditionalHandle);
@@ -145,7 +159,13 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
     ///
     /// The body is a `GraphBuilder<ConditionalBody, NotStarted>`: begin, record, end (or leave it
     /// empty). It borrows this builder, so this builder cannot end while the body is open.
-    pub fn if_then(&self, handle: &ConditionalHandle) -> Result<GraphBuilder<ConditionalBody<'_>, NotStarted>> {
+    pub fn if_then(
+        &self,
+        handle: &ConditionalHandle,
+    ) -> Result<GraphBuilder<ConditionalBody<'_>, NotStarted>>
+    where
+        S: IsCapturing,
+    {
         let mut v = self.conditional(
             handle,
             sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
@@ -153,7 +173,8 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
             "conditional IF nodes",
             DriverVersion::V12_3,
         )?;
-        v.pop().ok_or_else(|| Error::InvalidArgument("no body".into()))
+        v.pop()
+            .ok_or_else(|| Error::InvalidArgument("no body".into()))
     }
 
     /// Adds an IF node with an ELSE body: `(then, else)`; `then` runs when the value is non-zero,
@@ -165,7 +186,10 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
     ) -> Result<(
         GraphBuilder<ConditionalBody<'_>, NotStarted>,
         GraphBuilder<ConditionalBody<'_>, NotStarted>,
-    )> {
+    )>
+    where
+        S: IsCapturing,
+    {
         let mut v = self.conditional(
             handle,
             sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
@@ -187,7 +211,10 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
         &self,
         handle: &ConditionalHandle,
         n: u32,
-    ) -> Result<Vec<GraphBuilder<ConditionalBody<'_>, NotStarted>>> {
+    ) -> Result<Vec<GraphBuilder<ConditionalBody<'_>, NotStarted>>>
+    where
+        S: IsCapturing,
+    {
         self.conditional(
             handle,
             sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH,
@@ -200,7 +227,13 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
     /// Adds a WHILE node: its body runs again and again while the handle's value is non-zero
     /// (tested before each iteration). The body sets the value with `cudaGraphSetConditional`.
     /// Needs driver 12.3.
-    pub fn while_loop(&self, handle: &ConditionalHandle) -> Result<GraphBuilder<ConditionalBody<'_>, NotStarted>> {
+    pub fn while_loop(
+        &self,
+        handle: &ConditionalHandle,
+    ) -> Result<GraphBuilder<ConditionalBody<'_>, NotStarted>>
+    where
+        S: IsCapturing,
+    {
         let mut v = self.conditional(
             handle,
             sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
@@ -208,6 +241,7 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
             "conditional WHILE nodes",
             DriverVersion::V12_3,
         )?;
-        v.pop().ok_or_else(|| Error::InvalidArgument("no body".into()))
+        v.pop()
+            .ok_or_else(|| Error::InvalidArgument("no body".into()))
     }
 }

@@ -131,12 +131,12 @@ impl Core {
         use sys::CUstreamCaptureStatus::*;
         match self.stream.handle.capture_status()? {
             CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(()),
-            CU_STREAM_CAPTURE_STATUS_INVALIDATED => Err(Error::CaptureInvalidated(
-                driver::driver_error(
+            CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
+                Err(Error::CaptureInvalidated(driver::driver_error(
                     sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                     "cuStreamIsCapturing",
-                ),
-            )),
+                )))
+            }
             _ => Err(Error::InvalidArgument(
                 "the builder's stream is not capturing".into(),
             )),
@@ -144,7 +144,13 @@ impl Core {
     }
 
     /// The graph being captured into, with the dependencies of the capture's next node.
-    pub(crate) fn capture_info(&self) -> Result<(sys::CUgraph, Vec<sys::CUgraphNode>, Vec<sys::CUgraphEdgeData>)> {
+    pub(crate) fn capture_info(
+        &self,
+    ) -> Result<(
+        sys::CUgraph,
+        Vec<sys::CUgraphNode>,
+        Vec<sys::CUgraphEdgeData>,
+    )> {
         driver::require("adding nodes to a capture", DriverVersion::V12_3)?;
         self.stream.handle.ctx.bind()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -184,7 +190,11 @@ impl Core {
     pub(crate) fn add_node(&self, params: &mut sys::CUgraphNodeParams) -> Result<sys::CUgraphNode> {
         let (graph, deps, edges) = self.capture_info()?;
         let mut node = std::ptr::null_mut();
-        let edge_ptr = if edges.is_empty() { std::ptr::null() } else { edges.as_ptr() };
+        let edge_ptr = if edges.is_empty() {
+            std::ptr::null()
+        } else {
+            edges.as_ptr()
+        };
         // SAFETY: `graph` is the live capture graph; `deps`/`edges` hold `deps.len()` entries;
         // `params` is a valid, fully initialised parameter block.
         unsafe {
@@ -198,7 +208,8 @@ impl Core {
             ))
         }?;
         let mut set = [node];
-        let flags = sys::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES as u32;
+        let flags =
+            sys::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES as u32;
         // SAFETY: `set` holds one node of the capture graph.
         unsafe {
             drv!(cuStreamUpdateCaptureDependencies_v2(

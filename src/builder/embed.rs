@@ -3,10 +3,11 @@
 use cudarc::driver::sys;
 
 use super::kind::{Kind, StandsAlone};
+use super::state::State;
 use super::state::{IsCapturing, IsEnded};
 use super::GraphBuilder;
-use crate::graph::source::FinishedGraph;
 use crate::error::{Error, Result};
+use crate::graph::source::FinishedGraph;
 
 /// A finished graph that can be embedded as a child-graph node: an ended primary builder or a
 /// [`GraphDefinition`](crate::GraphDefinition).
@@ -20,10 +21,13 @@ pub trait ChildGraph: FinishedGraph {}
 impl<K: StandsAlone, S: IsEnded> ChildGraph for GraphBuilder<K, S> {}
 
 /// While capturing: child graphs.
-impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
+impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Adds a child-graph node that runs a copy of `child`, after everything recorded so far;
     /// later work runs after it. The child's resources stay alive with this graph.
-    pub fn embed(&self, child: &impl ChildGraph) -> Result<()> {
+    pub fn embed(&self, child: &impl ChildGraph) -> Result<()>
+    where
+        S: IsCapturing,
+    {
         let child = child.finished_graph()?;
         if child.ctx.device != self.core.stream.handle.ctx.device {
             return Err(Error::InvalidArgument(

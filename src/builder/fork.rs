@@ -2,7 +2,8 @@
 
 use super::core::Core;
 use super::kind::{Forked, Kind};
-use super::state::{Capturing, IsCapturing};
+use super::state::IsCapturing;
+use super::state::State;
 use super::GraphBuilder;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
@@ -25,7 +26,7 @@ macro_rules! at_least_two {
 at_least_two!(2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32);
 
 /// While capturing: forks and joins.
-impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
+impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Forks the capture into `N` builders of kind [`Forked`], each capturing on a stream of its
     /// own that first waits for everything recorded on this builder so far.
     ///
@@ -45,8 +46,9 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
     /// let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
     /// # Ok(()) }
     /// ```
-    pub fn split<const N: usize>(&self) -> Result<[GraphBuilder<Forked<'_>, Capturing<S::Mode>>; N]>
+    pub fn split<const N: usize>(&self) -> Result<[GraphBuilder<Forked<'_>, S>; N]>
     where
+        S: IsCapturing,
         Forks<N>: AtLeastTwo,
     {
         let device = self.core.stream.device();
@@ -68,7 +70,7 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
                 kind: Forked {
                     _parent: std::marker::PhantomData,
                 },
-                state: Capturing::new(),
+                state: S::fresh(),
             });
         }
         forks
@@ -82,7 +84,8 @@ impl<K: Kind, S: IsCapturing> GraphBuilder<K, S> {
     /// as they drop, so the capture is never left with an unjoined stream.
     pub fn join<'a, I>(&self, forks: I) -> Result<()>
     where
-        I: IntoIterator<Item = GraphBuilder<Forked<'a>, Capturing<S::Mode>>>,
+        S: IsCapturing,
+        I: IntoIterator<Item = GraphBuilder<Forked<'a>, S>>,
     {
         let mut first_error = None;
         for mut fork in forks {

@@ -77,9 +77,15 @@ impl Unstarted for NotStarted {}
 pub trait IsCapturing: State {
     /// The capture mode.
     type Mode: CaptureMode;
+    /// A new value of this state (for the forks of a capturing builder).
+    #[doc(hidden)]
+    fn fresh() -> Self;
 }
 impl<M: CaptureMode> IsCapturing for Capturing<M> {
     type Mode = M;
+    fn fresh() -> Self {
+        Capturing::new()
+    }
 }
 
 /// States whose graph is finished: only [`Ended`].

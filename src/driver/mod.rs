@@ -63,7 +63,12 @@ fn init() -> Result<DriverVersion> {
     if !unsafe { sys::is_culib_present() } {
         return Err(Error::DriverNotFound);
     }
-    for sym in ["cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString"] {
+    for sym in [
+        "cuInit",
+        "cuDriverGetVersion",
+        "cuGetErrorName",
+        "cuGetErrorString",
+    ] {
         if !has_symbol(sym) {
             return Err(Error::DriverNotFound);
         }

@@ -73,7 +73,15 @@ pub(crate) fn retain(graph: sys::CUgraph, value: KeepAlive) -> Result<()> {
     let mut obj = std::ptr::null_mut();
     let flags = sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as u32;
     // SAFETY: `ptr` stays valid until `destroy` takes it back; `destroy` never calls CUDA.
-    let created = unsafe { drv!(cuUserObjectCreate(&mut obj, ptr.cast(), Some(destroy), 1, flags)) };
+    let created = unsafe {
+        drv!(cuUserObjectCreate(
+            &mut obj,
+            ptr.cast(),
+            Some(destroy),
+            1,
+            flags
+        ))
+    };
     if let Err(e) = created {
         // SAFETY: the driver did not take ownership, so the box is still ours.
         drop(unsafe { Box::from_raw(ptr) });

@@ -75,21 +75,63 @@ impl GraphDebugPrintOptions {
     pub fn flags(&self) -> u32 {
         let table = [
             (self.verbose, F::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE),
-            (self.runtime_types, F::CU_GRAPH_DEBUG_DOT_FLAGS_RUNTIME_TYPES),
-            (self.kernel_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_PARAMS),
-            (self.memcpy_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_MEMCPY_NODE_PARAMS),
-            (self.memset_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_MEMSET_NODE_PARAMS),
-            (self.host_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_HOST_NODE_PARAMS),
-            (self.event_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_EVENT_NODE_PARAMS),
-            (self.ext_semas_signal_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_EXT_SEMAS_SIGNAL_NODE_PARAMS),
-            (self.ext_semas_wait_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_EXT_SEMAS_WAIT_NODE_PARAMS),
-            (self.kernel_node_attributes, F::CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_ATTRIBUTES),
+            (
+                self.runtime_types,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_RUNTIME_TYPES,
+            ),
+            (
+                self.kernel_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_PARAMS,
+            ),
+            (
+                self.memcpy_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_MEMCPY_NODE_PARAMS,
+            ),
+            (
+                self.memset_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_MEMSET_NODE_PARAMS,
+            ),
+            (
+                self.host_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_HOST_NODE_PARAMS,
+            ),
+            (
+                self.event_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_EVENT_NODE_PARAMS,
+            ),
+            (
+                self.ext_semas_signal_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_EXT_SEMAS_SIGNAL_NODE_PARAMS,
+            ),
+            (
+                self.ext_semas_wait_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_EXT_SEMAS_WAIT_NODE_PARAMS,
+            ),
+            (
+                self.kernel_node_attributes,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_ATTRIBUTES,
+            ),
             (self.handles, F::CU_GRAPH_DEBUG_DOT_FLAGS_HANDLES),
-            (self.mem_alloc_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_MEM_ALLOC_NODE_PARAMS),
-            (self.mem_free_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_MEM_FREE_NODE_PARAMS),
-            (self.batch_mem_op_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_BATCH_MEM_OP_NODE_PARAMS),
-            (self.extra_topo_info, F::CU_GRAPH_DEBUG_DOT_FLAGS_EXTRA_TOPO_INFO),
-            (self.conditional_node_params, F::CU_GRAPH_DEBUG_DOT_FLAGS_CONDITIONAL_NODE_PARAMS),
+            (
+                self.mem_alloc_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_MEM_ALLOC_NODE_PARAMS,
+            ),
+            (
+                self.mem_free_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_MEM_FREE_NODE_PARAMS,
+            ),
+            (
+                self.batch_mem_op_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_BATCH_MEM_OP_NODE_PARAMS,
+            ),
+            (
+                self.extra_topo_info,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_EXTRA_TOPO_INFO,
+            ),
+            (
+                self.conditional_node_params,
+                F::CU_GRAPH_DEBUG_DOT_FLAGS_CONDITIONAL_NODE_PARAMS,
+            ),
         ];
         table
             .iter()
@@ -99,7 +141,11 @@ impl GraphDebugPrintOptions {
 }
 
 /// Writes `graph` as DOT to `path`, checking first that the path is writable.
-pub(crate) fn dot_print(graph: &Arc<GraphHandle>, path: &Path, options: &GraphDebugPrintOptions) -> Result<()> {
+pub(crate) fn dot_print(
+    graph: &Arc<GraphHandle>,
+    path: &Path,
+    options: &GraphDebugPrintOptions,
+) -> Result<()> {
     std::fs::File::create(path).map_err(|e| Error::Io {
         path: path.display().to_string(),
         message: e.to_string(),
@@ -107,7 +153,13 @@ pub(crate) fn dot_print(graph: &Arc<GraphHandle>, path: &Path, options: &GraphDe
     let cpath = super::path_cstring(path)?;
     graph.ctx.bind()?;
     // SAFETY: the graph is live; `cpath` is NUL-terminated.
-    unsafe { drv!(cuGraphDebugDotPrint(graph.raw, cpath.as_ptr(), options.flags())) }
+    unsafe {
+        drv!(cuGraphDebugDotPrint(
+            graph.raw,
+            cpath.as_ptr(),
+            options.flags()
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
 use crate::runtime::{Event, Stream};
 
 mod debug;
-pub use debug::GraphDebugPrintOptions;
 pub(crate) use debug::dot_print;
+pub use debug::GraphDebugPrintOptions;
 
 /// Options for instantiating a graph (`CUgraphInstantiate_flags`). All off by default.
 #[derive(Debug, Clone, Default)]
@@ -37,10 +37,22 @@ impl GraphCompleteOptions {
     fn flags(&self) -> u64 {
         type F = sys::CUgraphInstantiate_flags_enum;
         [
-            (self.auto_free_on_launch, F::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH),
-            (self.upload_stream.is_some(), F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD),
-            (self.device_launch, F::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH),
-            (self.use_node_priority, F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY),
+            (
+                self.auto_free_on_launch,
+                F::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+            ),
+            (
+                self.upload_stream.is_some(),
+                F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
+            ),
+            (
+                self.device_launch,
+                F::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH,
+            ),
+            (
+                self.use_node_priority,
+                F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY,
+            ),
         ]
         .iter()
         .filter(|(on, _)| *on)
@@ -141,7 +153,10 @@ fn update_failure(r: sys::CUgraphExecUpdateResult) -> UpdateFailure {
 
 impl Graph {
     /// `cuGraphInstantiateWithParams`, with `result_out` checked before the exec is wrapped.
-    pub(crate) fn instantiate(graph: &Arc<GraphHandle>, options: &GraphCompleteOptions) -> Result<Graph> {
+    pub(crate) fn instantiate(
+        graph: &Arc<GraphHandle>,
+        options: &GraphCompleteOptions,
+    ) -> Result<Graph> {
         driver::require("cuGraphInstantiateWithParams", DriverVersion::V12_0)?;
         graph.ctx.bind()?;
         let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
@@ -155,7 +170,13 @@ impl Graph {
         };
         let mut exec = std::ptr::null_mut();
         // SAFETY: `graph` is live; `params` is fully initialised; `exec` is a valid out pointer.
-        let r = unsafe { drv!(cuGraphInstantiateWithParams(&mut exec, graph.raw, &mut params)) };
+        let r = unsafe {
+            drv!(cuGraphInstantiateWithParams(
+                &mut exec,
+                graph.raw,
+                &mut params
+            ))
+        };
         let result = params.result_out;
         if result != sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS {
             if !exec.is_null() {
@@ -169,7 +190,9 @@ impl Graph {
         }
         r?;
         if exec.is_null() {
-            return Err(Error::InvalidArgument("instantiation returned no exec".into()));
+            return Err(Error::InvalidArgument(
+                "instantiation returned no exec".into(),
+            ));
         }
         Ok(Graph {
             exec: ExecHandle {

@@ -77,7 +77,13 @@ impl Device {
     pub fn name(&self) -> Result<String> {
         let mut buf = [0 as std::ffi::c_char; 256];
         // SAFETY: `buf` holds 256 bytes and the driver writes at most `len` including the NUL.
-        unsafe { drv!(cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, self.ctx.device)) }?;
+        unsafe {
+            drv!(cuDeviceGetName(
+                buf.as_mut_ptr(),
+                buf.len() as i32,
+                self.ctx.device
+            ))
+        }?;
         // SAFETY: the driver wrote a NUL-terminated string into `buf` (zero-initialised, so a NUL
         // is present even if it wrote nothing).
         let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
@@ -123,15 +129,16 @@ impl Device {
                 "cannot allocate a zero-length device buffer".into(),
             ));
         }
-        let bytes = len
-            .checked_mul(std::mem::size_of::<T>())
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "{len} elements of {} bytes overflow the address space",
-                    std::mem::size_of::<T>()
-                ))
-            })?;
-        Ok(DeviceBuffer::new(DeviceAlloc::zeroed(&self.ctx, bytes)?, len))
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{len} elements of {} bytes overflow the address space",
+                std::mem::size_of::<T>()
+            ))
+        })?;
+        Ok(DeviceBuffer::new(
+            DeviceAlloc::zeroed(&self.ctx, bytes)?,
+            len,
+        ))
     }
 
     /// Allocates a device buffer holding a copy of `data` (synchronous).
@@ -152,9 +159,8 @@ impl Device {
         let aligned = super::module::prepare_image(image)?;
         // `aligned` is a u64 buffer, so the image is 8-byte aligned as fatbins require.
         // SAFETY: reinterpreting `[u64]` as bytes is always valid.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), aligned.len() * 8)
-        };
+        let bytes =
+            unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), aligned.len() * 8) };
         Ok(Module {
             handle: ModuleHandle::load(&self.ctx, bytes)?,
         })

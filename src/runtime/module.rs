@@ -49,15 +49,20 @@ impl Module {
         self.handle.ctx.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the module is live; `cname` is NUL-terminated; `raw` is a valid out pointer.
-        match unsafe { drv!(cuModuleGetFunction(&mut raw, self.handle.raw, cname.as_ptr())) } {
+        match unsafe {
+            drv!(cuModuleGetFunction(
+                &mut raw,
+                self.handle.raw,
+                cname.as_ptr()
+            ))
+        } {
             Ok(()) => Ok(Function {
                 module: self.handle.clone(),
                 raw,
                 name: name.into(),
             }),
             Err(e)
-                if e.code()
-                    == Some(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND as u32) =>
+                if e.code() == Some(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND as u32) =>
             {
                 Err(Error::FunctionNotFound(name.to_string()))
             }
@@ -150,7 +155,10 @@ mod tests {
         let mut img = FATBIN_MAGIC.to_le_bytes().to_vec();
         img.extend_from_slice(&[1, 0, 16, 0]);
         img.extend_from_slice(&1_000_000u64.to_le_bytes());
-        assert!(matches!(prepare_image(&img), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            prepare_image(&img),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]
@@ -161,7 +169,10 @@ mod tests {
         img[0x28..0x30].copy_from_slice(&4096u64.to_le_bytes());
         img[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
         img[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
-        assert!(matches!(prepare_image(&img), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            prepare_image(&img),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]

@@ -3,9 +3,9 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
+use crate::driver::drv;
 use crate::driver::stream::StreamHandle;
 use crate::driver::user_object::{self, KeepAlive};
-use crate::driver::drv;
 use crate::error::{Error, Result};
 use crate::Device;
 
@@ -148,7 +148,14 @@ impl Stream {
         self.keep_alive_in_capture(|| Box::new(alloc))?;
         // SAFETY: `buf` holds `byte_len` bytes; the allocation is kept alive by the caller's
         // handle or, in a capture, by the graph.
-        unsafe { drv!(cuMemsetD8Async(buf.device_ptr(), value, buf.byte_len(), self.raw())) }
+        unsafe {
+            drv!(cuMemsetD8Async(
+                buf.device_ptr(),
+                value,
+                buf.byte_len(),
+                self.raw()
+            ))
+        }
     }
 
     /// Sets every 32-bit word of `buf` to `value` (asynchronous; capturable). The buffer's byte

@@ -6,28 +6,107 @@ use crate::args;
 use crate::support::{one, Gpu, Needs, TestResult};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    ("builder::straight_capture_of_three_kernels", Needs::Gpu, straight_capture_of_three_kernels),
-    ("builder::add_one_captured_once_launched_three_times", Needs::Gpu, add_one_captured_once_launched_three_times),
-    ("builder::one_ended_builder_completes_several_times", Needs::Gpu, one_ended_builder_completes_several_times),
-    ("builder::stream_builder_captures_on_that_stream", Needs::Gpu, stream_builder_captures_on_that_stream),
-    ("builder::captured_memset_and_memcpy", Needs::Gpu, captured_memset_and_memcpy),
-    ("builder::update_with_new_kernel_arguments", Needs::Gpu, update_with_new_kernel_arguments),
-    ("builder::update_with_changed_topology_fails_and_old_exec_works", Needs::Gpu, update_with_changed_topology_fails_and_old_exec_works),
-    ("builder::all_three_capture_modes", Needs::Gpu, all_three_capture_modes),
-    ("builder::each_complete_option", Needs::Gpu, each_complete_option),
-    ("builder::upload_then_launch", Needs::Gpu, upload_then_launch),
-    ("builder::dot_file_is_written", Needs::Gpu, dot_file_is_written),
-    ("builder::dot_print_to_unwritable_path_is_an_error", Needs::Gpu, dot_print_to_unwritable_path_is_an_error),
-    ("builder::drop_mid_capture_leaves_stream_usable", Needs::Gpu, drop_mid_capture_leaves_stream_usable),
-    ("builder::panic_while_capturing_unwinds_cleanly", Needs::Gpu, panic_while_capturing_unwinds_cleanly),
-    ("builder::invalidated_capture_is_an_error_and_stream_recovers", Needs::Gpu, invalidated_capture_is_an_error_and_stream_recovers),
-    ("builder::refused_begin_leaves_other_capture_alone", Needs::Gpu, refused_begin_leaves_other_capture_alone),
-    ("builder::relaxed_capture_ends_on_another_thread", Needs::Gpu, relaxed_capture_ends_on_another_thread),
-    ("builder::graph_outlives_builder_and_buffer_handles", Needs::Gpu, graph_outlives_builder_and_buffer_handles),
-    ("builder::releases_do_not_invalidate_a_global_capture", Needs::Gpu, releases_do_not_invalidate_a_global_capture),
+    (
+        "builder::straight_capture_of_three_kernels",
+        Needs::Gpu,
+        straight_capture_of_three_kernels,
+    ),
+    (
+        "builder::add_one_captured_once_launched_three_times",
+        Needs::Gpu,
+        add_one_captured_once_launched_three_times,
+    ),
+    (
+        "builder::one_ended_builder_completes_several_times",
+        Needs::Gpu,
+        one_ended_builder_completes_several_times,
+    ),
+    (
+        "builder::stream_builder_captures_on_that_stream",
+        Needs::Gpu,
+        stream_builder_captures_on_that_stream,
+    ),
+    (
+        "builder::captured_memset_and_memcpy",
+        Needs::Gpu,
+        captured_memset_and_memcpy,
+    ),
+    (
+        "builder::update_with_new_kernel_arguments",
+        Needs::Gpu,
+        update_with_new_kernel_arguments,
+    ),
+    (
+        "builder::update_with_changed_topology_fails_and_old_exec_works",
+        Needs::Gpu,
+        update_with_changed_topology_fails_and_old_exec_works,
+    ),
+    (
+        "builder::all_three_capture_modes",
+        Needs::Gpu,
+        all_three_capture_modes,
+    ),
+    (
+        "builder::each_complete_option",
+        Needs::Gpu,
+        each_complete_option,
+    ),
+    (
+        "builder::upload_then_launch",
+        Needs::Gpu,
+        upload_then_launch,
+    ),
+    (
+        "builder::dot_file_is_written",
+        Needs::Gpu,
+        dot_file_is_written,
+    ),
+    (
+        "builder::dot_print_to_unwritable_path_is_an_error",
+        Needs::Gpu,
+        dot_print_to_unwritable_path_is_an_error,
+    ),
+    (
+        "builder::drop_mid_capture_leaves_stream_usable",
+        Needs::Gpu,
+        drop_mid_capture_leaves_stream_usable,
+    ),
+    (
+        "builder::panic_while_capturing_unwinds_cleanly",
+        Needs::Gpu,
+        panic_while_capturing_unwinds_cleanly,
+    ),
+    (
+        "builder::invalidated_capture_is_an_error_and_stream_recovers",
+        Needs::Gpu,
+        invalidated_capture_is_an_error_and_stream_recovers,
+    ),
+    (
+        "builder::refused_begin_leaves_other_capture_alone",
+        Needs::Gpu,
+        refused_begin_leaves_other_capture_alone,
+    ),
+    (
+        "builder::relaxed_capture_ends_on_another_thread",
+        Needs::Gpu,
+        relaxed_capture_ends_on_another_thread,
+    ),
+    (
+        "builder::graph_outlives_builder_and_buffer_handles",
+        Needs::Gpu,
+        graph_outlives_builder_and_buffer_handles,
+    ),
+    (
+        "builder::releases_do_not_invalidate_a_global_capture",
+        Needs::Gpu,
+        releases_do_not_invalidate_a_global_capture,
+    ),
 ];
 
-fn capture_add_one(gpu: &Gpu, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+fn capture_add_one(
+    gpu: &Gpu,
+    buf: &DeviceBuffer<i32>,
+) -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
     let add_one = gpu.f("add_one");
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
@@ -44,7 +123,9 @@ fn straight_capture_of_three_kernels(gpu: &Gpu) -> TestResult {
         unsafe { b.launch(&affine, one(), &args![&buf, m as i32, c as i32])? };
     }
     // Nothing ran yet: capture only records.
-    let graph = b.end_building()?.complete(&GraphCompleteOptions::default())?;
+    let graph = b
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
     assert_eq!(buf.to_vec()?, [0]);
     let s = gpu.stream();
     graph.launch(&s)?;
@@ -90,7 +171,9 @@ fn stream_builder_captures_on_that_stream(gpu: &Gpu) -> TestResult {
     // SAFETY: add_one(int*).
     unsafe { s.launch(&add_one, one(), &args![&buf])? };
     unsafe { b.launch(&add_one, one(), &args![&buf])? };
-    let g = b.end_building()?.complete(&GraphCompleteOptions::default())?;
+    let g = b
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
     assert!(!s.is_capturing()?);
     g.launch(&s)?;
     s.synchronize()?;
@@ -106,9 +189,14 @@ fn captured_memset_and_memcpy(gpu: &Gpu) -> TestResult {
     builder.memcpy_dtod(&b, &a)?;
     builder.memset_d8(&a, 0)?;
     // A host-to-device copy cannot be captured: refused, not recorded.
-    assert!(matches!(builder.stream().memcpy_htod(&a, &[1; 64]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        builder.stream().memcpy_htod(&a, &[1; 64]),
+        Err(Error::InvalidArgument(_))
+    ));
     builder.capture_status()?;
-    let g = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
+    let g = builder
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
     let s = gpu.stream();
     g.launch(&s)?;
     s.synchronize()?;
@@ -121,7 +209,10 @@ fn update_with_new_kernel_arguments(gpu: &Gpu) -> TestResult {
     let affine = gpu.f("affine");
     let a = gpu.device.alloc_zeroed::<i32>(1)?;
     let b = gpu.device.alloc_zeroed::<i32>(1)?;
-    let capture = |buf: &DeviceBuffer<i32>, m: i32, c: i32| -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+    let capture = |buf: &DeviceBuffer<i32>,
+                   m: i32,
+                   c: i32|
+     -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
         let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
         // SAFETY: affine(int*, int, int).
         unsafe { bld.launch(&affine, one(), &args![buf, m, c])? };
@@ -158,7 +249,16 @@ fn update_with_changed_topology_fails_and_old_exec_works(gpu: &Gpu) -> TestResul
     match graph.update(&source) {
         Err(e @ Error::Update { .. }) => {
             println!("{e}");
-            assert!(matches!(e, Error::Update { reason: cuda_graph::UpdateFailure::TopologyChanged, .. }), "{e}");
+            assert!(
+                matches!(
+                    e,
+                    Error::Update {
+                        reason: cuda_graph::UpdateFailure::TopologyChanged,
+                        ..
+                    }
+                ),
+                "{e}"
+            );
             assert!(e.to_string().contains("topology changed"), "{e}");
         }
         other => return Err(format!("expected a topology update failure, got {other:?}").into()),
@@ -166,7 +266,11 @@ fn update_with_changed_topology_fails_and_old_exec_works(gpu: &Gpu) -> TestResul
     let s = gpu.stream();
     graph.launch(&s)?;
     s.synchronize()?;
-    assert_eq!((a.to_vec()?[0], other.to_vec()?[0]), (1, 0), "the old exec still writes the old buffer");
+    assert_eq!(
+        (a.to_vec()?[0], other.to_vec()?[0]),
+        (1, 0),
+        "the old exec still writes the old buffer"
+    );
     Ok(())
 }
 
@@ -177,13 +281,22 @@ fn all_three_capture_modes(gpu: &Gpu) -> TestResult {
     // SAFETY (all three): add_one(int*).
     let g = gpu.device.create_graph_builder()?.begin_building(Global)?;
     unsafe { g.launch(&add_one, one(), &args![&buf])? };
-    g.end_building()?.complete(&Default::default())?.launch(&s)?;
-    let t = gpu.device.create_graph_builder()?.begin_building(ThreadLocal)?;
+    g.end_building()?
+        .complete(&Default::default())?
+        .launch(&s)?;
+    let t = gpu
+        .device
+        .create_graph_builder()?
+        .begin_building(ThreadLocal)?;
     unsafe { t.launch(&add_one, one(), &args![&buf])? };
-    t.end_building()?.complete(&Default::default())?.launch(&s)?;
+    t.end_building()?
+        .complete(&Default::default())?
+        .launch(&s)?;
     let r = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
     unsafe { r.launch(&add_one, one(), &args![&buf])? };
-    r.end_building()?.complete(&Default::default())?.launch(&s)?;
+    r.end_building()?
+        .complete(&Default::default())?
+        .launch(&s)?;
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [3]);
     Ok(())
@@ -194,10 +307,22 @@ fn each_complete_option(gpu: &Gpu) -> TestResult {
     let ended = capture_add_one(gpu, &buf)?;
     let s = gpu.stream();
     let options = [
-        GraphCompleteOptions { auto_free_on_launch: true, ..Default::default() },
-        GraphCompleteOptions { upload_stream: Some(gpu.stream()), ..Default::default() },
-        GraphCompleteOptions { device_launch: true, ..Default::default() },
-        GraphCompleteOptions { use_node_priority: true, ..Default::default() },
+        GraphCompleteOptions {
+            auto_free_on_launch: true,
+            ..Default::default()
+        },
+        GraphCompleteOptions {
+            upload_stream: Some(gpu.stream()),
+            ..Default::default()
+        },
+        GraphCompleteOptions {
+            device_launch: true,
+            ..Default::default()
+        },
+        GraphCompleteOptions {
+            use_node_priority: true,
+            ..Default::default()
+        },
     ];
     for (i, o) in options.iter().enumerate() {
         let g = ended.complete(o).map_err(|e| format!("option {i}: {e}"))?;
@@ -230,7 +355,10 @@ fn dot_file_is_written(gpu: &Gpu) -> TestResult {
     let ended = capture_add_one(gpu, &buf)?;
     let dir = std::env::temp_dir().join(format!("cuda-graph-dot-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    for (name, opts) in [("plain.dot", GraphDebugPrintOptions::default()), ("all.dot", GraphDebugPrintOptions::all())] {
+    for (name, opts) in [
+        ("plain.dot", GraphDebugPrintOptions::default()),
+        ("all.dot", GraphDebugPrintOptions::all()),
+    ] {
         let path = dir.join(name);
         ended.debug_dot_print(&path, &opts)?;
         let text = std::fs::read_to_string(&path)?;
@@ -313,7 +441,9 @@ fn invalidated_capture_is_an_error_and_stream_recovers(gpu: &Gpu) -> TestResult 
     assert!(sync.is_err(), "synchronising a capturing stream is refused");
     match b.capture_status() {
         Err(Error::CaptureInvalidated(_)) => {}
-        other => return Err(format!("status should report the invalidation, got {other:?}").into()),
+        other => {
+            return Err(format!("status should report the invalidation, got {other:?}").into())
+        }
     }
     match b.end_building() {
         Err(e @ Error::CaptureInvalidated(_)) => println!("{e}"),
@@ -334,7 +464,10 @@ fn refused_begin_leaves_other_capture_alone(gpu: &Gpu) -> TestResult {
     let s = gpu.stream();
     let first = s.create_graph_builder().begin_building(Relaxed)?;
     let second = s.create_graph_builder().begin_building(Relaxed);
-    assert!(second.is_err(), "a stream captures for one builder at a time");
+    assert!(
+        second.is_err(),
+        "a stream captures for one builder at a time"
+    );
     drop(second);
     first.capture_status()?;
     // SAFETY: add_one(int*).
@@ -409,7 +542,10 @@ fn releases_do_not_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
     let released_mid_capture = probe.is_released();
     p.capture_status()?;
     let g = p.end_building()?.complete(&Default::default())?;
-    assert!(crate::support::eventually(|| probe.is_released()), "released after the capture at the latest");
+    assert!(
+        crate::support::eventually(|| probe.is_released()),
+        "released after the capture at the latest"
+    );
     println!("released while the capture was running: {released_mid_capture}");
     let s = gpu.stream();
     g.launch(&s)?;

@@ -10,21 +10,73 @@ const V12_8: Needs = Needs::Conditional(DriverVersion::V12_8);
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     ("conditional::if_true_and_false", V12_3, if_true_and_false),
-    ("conditional::if_with_default_value", V12_3, if_with_default_value),
+    (
+        "conditional::if_with_default_value",
+        V12_3,
+        if_with_default_value,
+    ),
     ("conditional::if_else_both_ways", V12_8, if_else_both_ways),
-    ("conditional::switch_0_1_2_and_out_of_range", V12_8, switch_0_1_2_and_out_of_range),
-    ("conditional::while_countdown_runs_k_times", V12_3, while_countdown_runs_k_times),
-    ("conditional::while_with_false_default_runs_zero_times", V12_3, while_with_false_default_runs_zero_times),
-    ("conditional::conditional_on_a_forked_builder", V12_3, conditional_on_a_forked_builder),
+    (
+        "conditional::switch_0_1_2_and_out_of_range",
+        V12_8,
+        switch_0_1_2_and_out_of_range,
+    ),
+    (
+        "conditional::while_countdown_runs_k_times",
+        V12_3,
+        while_countdown_runs_k_times,
+    ),
+    (
+        "conditional::while_with_false_default_runs_zero_times",
+        V12_3,
+        while_with_false_default_runs_zero_times,
+    ),
+    (
+        "conditional::conditional_on_a_forked_builder",
+        V12_3,
+        conditional_on_a_forked_builder,
+    ),
     ("conditional::if_nested_in_an_if", V12_3, if_nested_in_an_if),
-    ("conditional::body_forks_and_joins_inside", V12_3, body_forks_and_joins_inside),
-    ("conditional::empty_body_is_valid", V12_3, empty_body_is_valid),
-    ("conditional::later_parent_work_runs_after_the_conditional", V12_3, later_parent_work_runs_after_the_conditional),
-    ("conditional::heat_diffusion_loop_converges_on_device", V12_3, heat_diffusion_loop_converges_on_device),
-    ("conditional::foreign_handle_is_an_error", V12_3, foreign_handle_is_an_error),
-    ("conditional::unused_handle_is_refused_at_instantiation", V12_3, unused_handle_is_refused_at_instantiation),
-    ("conditional::switch_with_zero_branches_is_an_error", V12_8, switch_with_zero_branches_is_an_error),
-    ("conditional::callback_in_a_body_is_refused_or_runs", V12_3, callback_in_a_body_is_refused_or_runs),
+    (
+        "conditional::body_forks_and_joins_inside",
+        V12_3,
+        body_forks_and_joins_inside,
+    ),
+    (
+        "conditional::empty_body_is_valid",
+        V12_3,
+        empty_body_is_valid,
+    ),
+    (
+        "conditional::later_parent_work_runs_after_the_conditional",
+        V12_3,
+        later_parent_work_runs_after_the_conditional,
+    ),
+    (
+        "conditional::heat_diffusion_loop_converges_on_device",
+        V12_3,
+        heat_diffusion_loop_converges_on_device,
+    ),
+    (
+        "conditional::foreign_handle_is_an_error",
+        V12_3,
+        foreign_handle_is_an_error,
+    ),
+    (
+        "conditional::unused_handle_is_refused_at_instantiation",
+        V12_3,
+        unused_handle_is_refused_at_instantiation,
+    ),
+    (
+        "conditional::switch_with_zero_branches_is_an_error",
+        V12_8,
+        switch_with_zero_branches_is_an_error,
+    ),
+    (
+        "conditional::callback_in_a_body_is_refused_or_runs",
+        V12_3,
+        callback_in_a_body_is_refused_or_runs,
+    ),
 ];
 
 fn launch(gpu: &Gpu, g: &Graph) -> TestResult {
@@ -103,7 +155,13 @@ fn if_else_both_ways(gpu: &Gpu) -> TestResult {
 
 fn switch_0_1_2_and_out_of_range(gpu: &Gpu) -> TestResult {
     let (set, add_one_at) = (gpu.f("set_condition"), gpu.f("add_one_at"));
-    for (value, expect) in [(0u32, [1, 0, 0]), (1, [0, 1, 0]), (2, [0, 0, 1]), (3, [0, 0, 0]), (1000, [0, 0, 0])] {
+    for (value, expect) in [
+        (0u32, [1, 0, 0]),
+        (1, [0, 1, 0]),
+        (2, [0, 0, 1]),
+        (3, [0, 0, 0]),
+        (1000, [0, 0, 0]),
+    ] {
         let buf = gpu.device.alloc_zeroed::<i32>(3)?;
         let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
         let h = p.create_conditional_handle(None)?;
@@ -236,7 +294,7 @@ fn empty_body_is_valid(gpu: &Gpu) -> TestResult {
     drop(p.if_then(&h)?); // never started
     let h2 = p.create_conditional_handle(Some(1))?;
     p.if_then(&h2)?.begin_building(Global)?.end_building()?; // started, nothing recorded
-    // SAFETY: add_one(int*).
+                                                             // SAFETY: add_one(int*).
     unsafe { p.launch(&add_one, one(), &args![&buf])? };
     launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
     assert_eq!(buf.to_vec()?, [1]);
@@ -273,7 +331,11 @@ fn heat_diffusion_loop_converges_on_device(gpu: &Gpu) -> TestResult {
     init[0] = 100.0;
     init[N - 1] = 50.0;
     for (i, v) in init.iter_mut().enumerate().take(N - 1).skip(1) {
-        *v = if (N / 3..2 * N / 3).contains(&i) { 80.0 } else { 0.0 };
+        *v = if (N / 3..2 * N / 3).contains(&i) {
+            80.0
+        } else {
+            0.0
+        };
     }
     // CPU reference: the same step, the same stopping rule.
     let (mut a, mut b) = (init.clone(), init.clone());
@@ -284,7 +346,11 @@ fn heat_diffusion_loop_converges_on_device(gpu: &Gpu) -> TestResult {
         for i in 1..N - 1 {
             b[i] = a[i] + ALPHA * (a[i - 1] - 2.0 * a[i] + a[i + 1]);
         }
-        let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        let diff = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
         std::mem::swap(&mut a, &mut b);
         cpu_iters += 1;
         if !(diff > TOL && cpu_iters < MAX_ITER) {
@@ -292,8 +358,12 @@ fn heat_diffusion_loop_converges_on_device(gpu: &Gpu) -> TestResult {
         }
     }
 
-    let (step, maxdiff, check, copy) =
-        (gpu.f("heat_step"), gpu.f("max_abs_diff"), gpu.f("converged_check"), gpu.f("copy_f32"));
+    let (step, maxdiff, check, copy) = (
+        gpu.f("heat_step"),
+        gpu.f("max_abs_diff"),
+        gpu.f("converged_check"),
+        gpu.f("copy_f32"),
+    );
     let u = gpu.device.htod(&init)?;
     let v = gpu.device.htod(&init)?;
     let diff_bits = gpu.device.alloc_zeroed::<u32>(1)?;
@@ -320,8 +390,15 @@ fn heat_diffusion_loop_converges_on_device(gpu: &Gpu) -> TestResult {
     let gpu_iters = iters.to_vec()?[0];
     let result = u.to_vec()?;
     println!("heat diffusion: {gpu_iters} device iterations, {cpu_iters} on the CPU");
-    assert_eq!(gpu_iters, cpu_iters, "the device loop stops where the CPU loop stops");
-    let worst = result.iter().zip(&a).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert_eq!(
+        gpu_iters, cpu_iters,
+        "the device loop stops where the CPU loop stops"
+    );
+    let worst = result
+        .iter()
+        .zip(&a)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
     assert!(worst < 1e-3, "device and CPU fields differ by {worst}");
     assert!(gpu_iters > 10 && gpu_iters < MAX_ITER, "{gpu_iters}");
     Ok(())
@@ -331,10 +408,16 @@ fn foreign_handle_is_an_error(gpu: &Gpu) -> TestResult {
     let p1 = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let p2 = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h1 = p1.create_conditional_handle(Some(0))?;
-    assert!(matches!(p2.if_then(&h1), Err(Error::ForeignConditionalHandle)));
+    assert!(matches!(
+        p2.if_then(&h1),
+        Err(Error::ForeignConditionalHandle)
+    ));
     // A body's graph is another graph, too.
     let body = p1.if_then(&h1)?.begin_building(Global)?;
-    assert!(matches!(body.while_loop(&h1), Err(Error::ForeignConditionalHandle)));
+    assert!(matches!(
+        body.while_loop(&h1),
+        Err(Error::ForeignConditionalHandle)
+    ));
     body.end_building()?;
     drop(p2);
     p1.end_building()?.complete(&Default::default())?;
@@ -352,7 +435,13 @@ fn unused_handle_is_refused_at_instantiation(gpu: &Gpu) -> TestResult {
         Err(e @ Error::Instantiate { .. }) => {
             println!("{e}");
             assert!(
-                matches!(e, Error::Instantiate { reason: cuda_graph::InstantiateFailure::ConditionalHandleUnused, .. }),
+                matches!(
+                    e,
+                    Error::Instantiate {
+                        reason: cuda_graph::InstantiateFailure::ConditionalHandleUnused,
+                        ..
+                    }
+                ),
                 "{e}"
             );
         }
@@ -386,7 +475,10 @@ fn callback_in_a_body_is_refused_or_runs(gpu: &Gpu) -> TestResult {
         println!("callback in a body refused at end: {e}");
         return Ok(());
     }
-    let g = match p.end_building().and_then(|e| e.complete(&Default::default())) {
+    let g = match p
+        .end_building()
+        .and_then(|e| e.complete(&Default::default()))
+    {
         Ok(g) => g,
         Err(e) => {
             println!("callback in a body refused at instantiation: {e}");
@@ -395,7 +487,10 @@ fn callback_in_a_body_is_refused_or_runs(gpu: &Gpu) -> TestResult {
     };
     launch(gpu, &g)?;
     launch(gpu, &g)?;
-    println!("callback in a body accepted by this driver; ran {:?} times", cb.calls());
+    println!(
+        "callback in a body accepted by this driver; ran {:?} times",
+        cb.calls()
+    );
     assert_eq!(cb.calls(), Some(2));
     Ok(())
 }

@@ -9,16 +9,52 @@ use crate::args;
 use crate::support::{eventually, one, Gpu, Needs, TestResult};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    ("fork::fork_join_two_branches", Needs::Gpu, fork_join_two_branches),
-    ("fork::fork_join_three_branches", Needs::Gpu, fork_join_three_branches),
+    (
+        "fork::fork_join_two_branches",
+        Needs::Gpu,
+        fork_join_two_branches,
+    ),
+    (
+        "fork::fork_join_three_branches",
+        Needs::Gpu,
+        fork_join_three_branches,
+    ),
     ("fork::fork_of_a_fork", Needs::Gpu, fork_of_a_fork),
-    ("fork::fork_dropped_without_join_gives_a_valid_graph", Needs::Gpu, fork_dropped_without_join_gives_a_valid_graph),
-    ("fork::builder_owned_streams_live_as_long_as_needed", Needs::Gpu, builder_owned_streams_live_as_long_as_needed),
-    ("fork::child_graph_embedded_between_two_kernels", Needs::Gpu, child_graph_embedded_between_two_kernels),
-    ("fork::embedded_child_outlives_its_builder", Needs::Gpu, embedded_child_outlives_its_builder),
-    ("fork::callback_runs_once_per_launch_and_outlives_other_references", Needs::Gpu, callback_runs_once_per_launch_and_outlives_other_references),
-    ("fork::callback_state_released_after_last_graph_and_exec", Needs::Gpu, callback_state_released_after_last_graph_and_exec),
-    ("fork::callback_panic_is_caught", Needs::Gpu, callback_panic_is_caught),
+    (
+        "fork::fork_dropped_without_join_gives_a_valid_graph",
+        Needs::Gpu,
+        fork_dropped_without_join_gives_a_valid_graph,
+    ),
+    (
+        "fork::builder_owned_streams_live_as_long_as_needed",
+        Needs::Gpu,
+        builder_owned_streams_live_as_long_as_needed,
+    ),
+    (
+        "fork::child_graph_embedded_between_two_kernels",
+        Needs::Gpu,
+        child_graph_embedded_between_two_kernels,
+    ),
+    (
+        "fork::embedded_child_outlives_its_builder",
+        Needs::Gpu,
+        embedded_child_outlives_its_builder,
+    ),
+    (
+        "fork::callback_runs_once_per_launch_and_outlives_other_references",
+        Needs::Gpu,
+        callback_runs_once_per_launch_and_outlives_other_references,
+    ),
+    (
+        "fork::callback_state_released_after_last_graph_and_exec",
+        Needs::Gpu,
+        callback_state_released_after_last_graph_and_exec,
+    ),
+    (
+        "fork::callback_panic_is_caught",
+        Needs::Gpu,
+        callback_panic_is_caught,
+    ),
 ];
 
 fn run(gpu: &Gpu, g: &Graph) -> TestResult {
@@ -30,7 +66,10 @@ fn run(gpu: &Gpu, g: &Graph) -> TestResult {
 
 fn fork_join_two_branches(gpu: &Gpu) -> TestResult {
     let (affine, add_one) = (gpu.f("affine"), gpu.f("add_one"));
-    let (a, b) = (gpu.device.alloc_zeroed::<i32>(1)?, gpu.device.alloc_zeroed::<i32>(1)?);
+    let (a, b) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*), affine(int*, int, int).
     unsafe { p.launch(&add_one, one(), &args![&a])? }; // a = 1 before the fork
@@ -49,8 +88,13 @@ fn fork_join_two_branches(gpu: &Gpu) -> TestResult {
 
 fn fork_join_three_branches(gpu: &Gpu) -> TestResult {
     let affine = gpu.f("affine");
-    let bufs: Vec<_> = (0..3).map(|_| gpu.device.alloc_zeroed::<i32>(1)).collect::<Result<_, _>>()?;
-    let p = gpu.device.create_graph_builder()?.begin_building(ThreadLocal)?;
+    let bufs: Vec<_> = (0..3)
+        .map(|_| gpu.device.alloc_zeroed::<i32>(1))
+        .collect::<Result<_, _>>()?;
+    let p = gpu
+        .device
+        .create_graph_builder()?
+        .begin_building(ThreadLocal)?;
     let forks = p.split::<3>()?;
     for (i, f) in forks.iter().enumerate() {
         // SAFETY: affine(int*, int, int).
@@ -59,7 +103,10 @@ fn fork_join_three_branches(gpu: &Gpu) -> TestResult {
     p.join(forks)?;
     let g = p.end_building()?.complete(&Default::default())?;
     run(gpu, &g)?;
-    let got: Vec<i32> = bufs.iter().map(|b| b.to_vec().map(|v| v[0])).collect::<Result<_, _>>()?;
+    let got: Vec<i32> = bufs
+        .iter()
+        .map(|b| b.to_vec().map(|v| v[0]))
+        .collect::<Result<_, _>>()?;
     assert_eq!(got, [100, 200, 300]);
     Ok(())
 }
@@ -192,7 +239,9 @@ fn callback_runs_once_per_launch_and_outlives_other_references(gpu: &Gpu) -> Tes
         graph.launch(&s)?;
     }
     s.synchronize()?;
-    let counter = weak.upgrade().ok_or("the closure's state was released while the exec holds it")?;
+    let counter = weak
+        .upgrade()
+        .ok_or("the closure's state was released while the exec holds it")?;
     assert_eq!(counter.load(Ordering::SeqCst), 4, "once per launch");
     assert_eq!(cb.calls(), Some(4));
     assert!(cb.panic_message().is_none());
@@ -218,7 +267,10 @@ fn callback_state_released_after_last_graph_and_exec(gpu: &Gpu) -> TestResult {
     s.synchronize()?;
     assert_eq!(weak.upgrade().map(|s| s.load(Ordering::SeqCst)), Some(1));
     drop(g2);
-    assert!(eventually(|| weak.upgrade().is_none()), "released after the last exec");
+    assert!(
+        eventually(|| weak.upgrade().is_none()),
+        "released after the last exec"
+    );
     assert!(cb.is_released());
     assert_eq!(cb.calls(), None);
     Ok(())
@@ -239,7 +291,10 @@ fn callback_panic_is_caught(gpu: &Gpu) -> TestResult {
     // The GPU work after the callback ran both times; the closure ran once and is disabled.
     assert_eq!(buf.to_vec()?, [2]);
     assert_eq!(cb.calls(), Some(0));
-    assert_eq!(cb.panic_message().as_deref(), Some("boom in a host callback"));
+    assert_eq!(
+        cb.panic_message().as_deref(),
+        Some("boom in a host callback")
+    );
     assert!(matches!(cb.check(), Err(Error::CallbackPanicked(_))));
     Ok(())
 }

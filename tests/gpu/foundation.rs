@@ -7,12 +7,36 @@ use crate::support::{one, Gpu, Needs, TestResult};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     ("foundation::device_query", Needs::Gpu, device_query),
-    ("foundation::alloc_and_copy_round_trip", Needs::Gpu, alloc_and_copy_round_trip),
-    ("foundation::bad_allocations_are_errors", Needs::Gpu, bad_allocations_are_errors),
-    ("foundation::module_load_and_add_one_launch", Needs::Gpu, module_load_and_add_one_launch),
-    ("foundation::bad_module_image_gives_the_driver_error", Needs::Gpu, bad_module_image_gives_the_driver_error),
-    ("foundation::stream_event_ordering_across_two_streams", Needs::Gpu, stream_event_ordering_across_two_streams),
-    ("foundation::raw_driver_conditional_obeys_kernel_set_value", Needs::Conditional(DriverVersion::V12_3), raw_driver_conditional_obeys_kernel_set_value),
+    (
+        "foundation::alloc_and_copy_round_trip",
+        Needs::Gpu,
+        alloc_and_copy_round_trip,
+    ),
+    (
+        "foundation::bad_allocations_are_errors",
+        Needs::Gpu,
+        bad_allocations_are_errors,
+    ),
+    (
+        "foundation::module_load_and_add_one_launch",
+        Needs::Gpu,
+        module_load_and_add_one_launch,
+    ),
+    (
+        "foundation::bad_module_image_gives_the_driver_error",
+        Needs::Gpu,
+        bad_module_image_gives_the_driver_error,
+    ),
+    (
+        "foundation::stream_event_ordering_across_two_streams",
+        Needs::Gpu,
+        stream_event_ordering_across_two_streams,
+    ),
+    (
+        "foundation::raw_driver_conditional_obeys_kernel_set_value",
+        Needs::Conditional(DriverVersion::V12_3),
+        raw_driver_conditional_obeys_kernel_set_value,
+    ),
 ];
 
 /// Runs everywhere: without libcuda `Device::new(0)` is `DriverNotFound`; with it, it opens.
@@ -20,14 +44,19 @@ pub fn no_driver_gives_an_error() -> TestResult {
     // SAFETY: only probes whether the library can be opened.
     let present = unsafe { cudarc::driver::sys::is_culib_present() };
     match Device::new(0) {
-        Err(Error::DriverNotFound) => assert!(!present, "libcuda is present but was reported missing"),
+        Err(Error::DriverNotFound) => {
+            assert!(!present, "libcuda is present but was reported missing")
+        }
         Ok(_) => assert!(present),
         Err(Error::InvalidDevice { count: 0, .. }) => assert!(present),
         Err(e) => return Err(format!("unexpected error: {e}").into()),
     }
     if !present {
         assert!(matches!(Device::count(), Err(Error::DriverNotFound)));
-        assert!(matches!(cuda_graph::driver_version(), Err(Error::DriverNotFound)));
+        assert!(matches!(
+            cuda_graph::driver_version(),
+            Err(Error::DriverNotFound)
+        ));
         let msg = Error::DriverNotFound.to_string();
         assert!(msg.contains("libcuda"), "{msg}");
     }
@@ -43,7 +72,10 @@ fn device_query(gpu: &Gpu) -> TestResult {
     assert!(cc >= (7, 5), "{cc:?}");
     let v = cuda_graph::driver_version()?;
     assert!(v >= DriverVersion::V12_0, "{v}");
-    println!("device 0: {name}, sm_{}{}, driver {v}, {n} device(s)", cc.0, cc.1);
+    println!(
+        "device 0: {name}, sm_{}{}, driver {v}, {n} device(s)",
+        cc.0, cc.1
+    );
     match Device::new(n) {
         Err(Error::InvalidDevice { ordinal, count }) => assert_eq!((ordinal, count), (n, n)),
         other => return Err(format!("expected InvalidDevice, got {other:?}").into()),
@@ -71,22 +103,43 @@ fn alloc_and_copy_round_trip(gpu: &Gpu) -> TestResult {
     s.memcpy_htod(&b, &data)?;
     assert_eq!(b.to_vec()?, data);
     // Mismatched lengths are argument errors, not crashes.
-    assert!(matches!(s.memcpy_dtod(&z.device().alloc_zeroed::<i32>(3)?, &a), Err(Error::InvalidArgument(_))));
-    assert!(matches!(a.copy_from(&[1, 2]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        s.memcpy_dtod(&z.device().alloc_zeroed::<i32>(3)?, &a),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        a.copy_from(&[1, 2]),
+        Err(Error::InvalidArgument(_))
+    ));
     let odd = gpu.device.alloc_zeroed::<u8>(3)?;
-    assert!(matches!(s.memset_d32(&odd, 1), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        s.memset_d32(&odd, 1),
+        Err(Error::InvalidArgument(_))
+    ));
     Ok(())
 }
 
 fn bad_allocations_are_errors(gpu: &Gpu) -> TestResult {
-    assert!(matches!(gpu.device.alloc_zeroed::<i32>(0), Err(Error::InvalidArgument(_))));
-    assert!(matches!(gpu.device.htod::<i32>(&[]), Err(Error::InvalidArgument(_))));
-    assert!(matches!(gpu.device.alloc_zeroed::<u64>(usize::MAX / 4), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        gpu.device.alloc_zeroed::<i32>(0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        gpu.device.htod::<i32>(&[]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        gpu.device.alloc_zeroed::<u64>(usize::MAX / 4),
+        Err(Error::InvalidArgument(_))
+    ));
     // 1 PiB: the driver refuses it.
     match gpu.device.alloc_zeroed::<u8>(1 << 50) {
         Err(e @ Error::Driver(_)) => {
             let msg = e.to_string();
-            assert!(msg.starts_with("cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2):"), "{msg}");
+            assert!(
+                msg.starts_with("cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2):"),
+                "{msg}"
+            );
         }
         other => return Err(format!("expected an out-of-memory error, got {other:?}").into()),
     }
@@ -123,13 +176,25 @@ fn bad_module_image_gives_the_driver_error(gpu: &Gpu) -> TestResult {
         .expect_err("garbage must not load");
     let msg = err.to_string();
     println!("{msg}");
-    assert!(msg.starts_with("cuModuleLoadData failed: CUDA_ERROR_"), "{msg}");
+    assert!(
+        msg.starts_with("cuModuleLoadData failed: CUDA_ERROR_"),
+        "{msg}"
+    );
     let code = err.code().ok_or("a driver error carries its code")?;
-    assert!(code == 218 || code == 200, "INVALID_PTX or INVALID_IMAGE, got {code}");
+    assert!(
+        code == 218 || code == 200,
+        "INVALID_PTX or INVALID_IMAGE, got {code}"
+    );
     // Truncated fatbin: refused before the driver reads past the end.
     let kernels = crate::support::KERNELS;
-    assert!(matches!(gpu.device.load_module(&kernels[..100]), Err(Error::InvalidArgument(_))));
-    assert!(matches!(gpu.device.load_module(&[]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        gpu.device.load_module(&kernels[..100]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        gpu.device.load_module(&[]),
+        Err(Error::InvalidArgument(_))
+    ));
     Ok(())
 }
 
@@ -141,14 +206,23 @@ fn stream_event_ordering_across_two_streams(gpu: &Gpu) -> TestResult {
     let (s1, s2) = (gpu.stream(), gpu.stream());
     let ev = gpu.device.create_event()?;
     // SAFETY: fill(int*, int n, int v) over N ints.
-    unsafe { s1.launch(&fill, LaunchConfig::for_num_elems(N as u32), &args![&a, N as i32, 7i32])? };
+    unsafe {
+        s1.launch(
+            &fill,
+            LaunchConfig::for_num_elems(N as u32),
+            &args![&a, N as i32, 7i32],
+        )?
+    };
     s1.record(&ev)?;
     s2.wait(&ev)?;
     s2.memcpy_dtod(&b, &a)?;
     s2.synchronize()?;
     assert!(ev.is_complete()?);
     let host = b.to_vec()?;
-    assert!(host.iter().all(|&x| x == 7), "the copy ran before the fill finished");
+    assert!(
+        host.iter().all(|&x| x == 7),
+        "the copy ran before the fill finished"
+    );
     Ok(())
 }
 
@@ -180,19 +254,37 @@ fn raw_driver_conditional_obeys_kernel_set_value(gpu: &Gpu) -> TestResult {
             let mut module = null_mut();
             ok!(sys::cuModuleLoadData(&mut module, image.as_ptr().cast()));
             let (mut set, mut add) = (null_mut(), null_mut());
-            ok!(sys::cuModuleGetFunction(&mut set, module, c"set_condition".as_ptr()));
-            ok!(sys::cuModuleGetFunction(&mut add, module, c"add_one".as_ptr()));
+            ok!(sys::cuModuleGetFunction(
+                &mut set,
+                module,
+                c"set_condition".as_ptr()
+            ));
+            ok!(sys::cuModuleGetFunction(
+                &mut add,
+                module,
+                c"add_one".as_ptr()
+            ));
             let mut dptr = 0;
             ok!(sys::cuMemAlloc_v2(&mut dptr, 4));
             ok!(sys::cuMemsetD32_v2(dptr, 0, 1));
             let mut graph = null_mut();
             ok!(sys::cuGraphCreate(&mut graph, 0));
             let mut handle = 0;
-            ok!(sys::cuGraphConditionalHandleCreate(&mut handle, graph, ctx, 0, 0));
+            ok!(sys::cuGraphConditionalHandleCreate(
+                &mut handle,
+                graph,
+                ctx,
+                0,
+                0
+            ));
             let kernel = |f, params: &mut [*mut std::ffi::c_void]| sys::CUDA_KERNEL_NODE_PARAMS {
                 func: f,
-                gridDimX: 1, gridDimY: 1, gridDimZ: 1,
-                blockDimX: 1, blockDimY: 1, blockDimZ: 1,
+                gridDimX: 1,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: 1,
+                blockDimY: 1,
+                blockDimZ: 1,
                 sharedMemBytes: 0,
                 kernelParams: params.as_mut_ptr(),
                 extra: null_mut(),
@@ -202,7 +294,13 @@ fn raw_driver_conditional_obeys_kernel_set_value(gpu: &Gpu) -> TestResult {
             let (mut h, mut v) = (handle, value);
             let mut p1 = [(&mut h as *mut u64).cast(), (&mut v as *mut u32).cast()];
             let mut n1 = null_mut();
-            ok!(sys::cuGraphAddKernelNode_v2(&mut n1, graph, std::ptr::null(), 0, &kernel(set, &mut p1)));
+            ok!(sys::cuGraphAddKernelNode_v2(
+                &mut n1,
+                graph,
+                std::ptr::null(),
+                0,
+                &kernel(set, &mut p1)
+            ));
             let mut cp: sys::CUgraphNodeParams = std::mem::zeroed();
             cp.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
             cp.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
@@ -218,7 +316,13 @@ fn raw_driver_conditional_obeys_kernel_set_value(gpu: &Gpu) -> TestResult {
             let mut d = dptr;
             let mut p2 = [(&mut d as *mut u64).cast()];
             let mut n3 = null_mut();
-            ok!(sys::cuGraphAddKernelNode_v2(&mut n3, body, std::ptr::null(), 0, &kernel(add, &mut p2)));
+            ok!(sys::cuGraphAddKernelNode_v2(
+                &mut n3,
+                body,
+                std::ptr::null(),
+                0,
+                &kernel(add, &mut p2)
+            ));
             let mut exec = null_mut();
             ok!(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
             ok!(sys::cuGraphLaunch(exec, null_mut()));

@@ -13,7 +13,9 @@ pub struct Gpu {
 
 impl Gpu {
     pub fn f(&self, name: &str) -> Function {
-        self.module.function(name).expect("kernel present in the fatbin")
+        self.module
+            .function(name)
+            .expect("kernel present in the fatbin")
     }
     pub fn stream(&self) -> Stream {
         self.device.create_stream().expect("stream")
@@ -30,7 +32,11 @@ pub fn open() -> Result<Gpu, String> {
         Err(Error::InvalidDevice { .. }) => {
             return Err("GPU test skipped: no CUDA device on this machine".into())
         }
-        Err(e) => return Err(format!("GPU test skipped: the CUDA device cannot be opened: {e}")),
+        Err(e) => {
+            return Err(format!(
+                "GPU test skipped: the CUDA device cannot be opened: {e}"
+            ))
+        }
     };
     let module = device
         .load_module(KERNELS)

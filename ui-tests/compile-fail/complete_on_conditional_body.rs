@@ -1,0 +1,13 @@
+use cuda_graph::prelude::*;
+
+fn flow(device: &Device) -> cuda_graph::Result<()> {
+    let parent = device.create_graph_builder()?.begin_building(Global)?;
+    let handle = parent.create_conditional_handle(Some(1))?;
+    let body = parent.if_then(&handle)?.begin_building(Global)?.end_building()?;
+    let _graph = body.complete(&GraphCompleteOptions::default())?;
+    Ok(())
+}
+
+fn main() {
+    let _ = flow;
+}

@@ -1,0 +1,11 @@
+use cuda_graph::prelude::*;
+
+fn flow(device: &Device, handle: ConditionalHandle) -> cuda_graph::Result<()> {
+    let not_started = device.create_graph_builder()?;
+    let _body = not_started.while_loop(&handle)?;
+    Ok(())
+}
+
+fn main() {
+    let _ = flow;
+}
