@@ -175,3 +175,29 @@ extern "C" __global__ void converged_check(cudaGraphConditionalHandle h,
 extern "C" __global__ void copy_f32(const float* src, float* dst, int n) {
     GRID_STRIDE_LOOP(i, n) { dst[i] = src[i]; }
 }
+
+// ---------------------------------------------------------------------------
+// spin(unsigned long long ns)
+//   Thread 0 only: busy-waits (with __nanosleep) until at least `ns`
+//   nanoseconds of %globaltimer have passed. A long-running kernel, for tests
+//   that must observe what happens while a launch is still running.
+extern "C" __global__ void spin(unsigned long long ns) {
+    FIRST_THREAD_ONLY();
+    unsigned long long start;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    for (;;) {
+        unsigned long long now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - start >= ns) {
+            break;
+        }
+        __nanosleep(1000);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// copy_i32(const int* src, int* dst, int n)
+//   dst[i] = src[i] for 0 <= i < n.  Grid-stride loop.
+extern "C" __global__ void copy_i32(const int* src, int* dst, int n) {
+    GRID_STRIDE_LOOP(i, n) { dst[i] = src[i]; }
+}
