@@ -226,6 +226,15 @@ pub enum Error {
     #[error("the conditional handle belongs to another graph; create it with `create_conditional_handle` on this graph's builder")]
     ForeignConditionalHandle,
 
+    /// A [`GraphNode`](crate::GraphNode) was passed to a definition of another graph (an edge
+    /// between two graphs, a dependency from another graph).
+    #[error("the node belongs to another graph: pass a node only to the definition of the graph it was added to (or listed from)")]
+    ForeignNode,
+
+    /// A [`GraphNode`](crate::GraphNode) was used after `destroy_node` destroyed it.
+    #[error("the node was destroyed: it cannot be used any more")]
+    DestroyedNode,
+
     /// A host callback panicked; the panic was caught at the FFI boundary.
     #[error("a host callback panicked: {0}")]
     CallbackPanicked(String),

@@ -48,6 +48,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod builder;
+mod definition;
 pub(crate) mod driver;
 mod error;
 mod graph;
@@ -57,12 +58,15 @@ pub use builder::{
     CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Ended, Forked, Global,
     GraphBuilder, HostCallback, NotStarted, Primary, Relaxed, ThreadLocal,
 };
+pub use definition::{
+    GraphAllocation, GraphDefinition, GraphNode, Memset2d, MemsetValue, NodeType,
+};
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
 pub use graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions, UpdateSource};
 pub use runtime::{
     Device, DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig, Module,
-    Stream,
+    ReleaseObserver, Stream,
 };
 
 /// The public vocabulary: `use cuda_graph::prelude::*;`.
@@ -73,6 +77,10 @@ pub mod prelude {
         Graph, GraphBuilder, GraphCompleteOptions, GraphDebugPrintOptions, HostCallback, KernelArg,
         KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
         ThreadLocal,
+    };
+    pub use crate::{
+        GraphAllocation, GraphDefinition, GraphNode, Memset2d, MemsetValue, NodeType,
+        ReleaseObserver,
     };
 }
 

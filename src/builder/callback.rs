@@ -10,6 +10,7 @@ use super::state::IsCapturing;
 use super::state::State;
 use super::GraphBuilder;
 use crate::driver::drv;
+use crate::driver::user_object::KeepAlive;
 use crate::error::{Error, Result};
 
 type Closure = Box<dyn FnMut() + Send>;
@@ -108,6 +109,39 @@ impl HostCallback {
     }
 }
 
+/// A closure made ready to be a host node, shared by captured callbacks and definitions' host
+/// nodes.
+pub(crate) struct PreparedCallback {
+    /// What the graph must keep alive (a user object) while the node can run.
+    pub(crate) keep: KeepAlive,
+    /// The observer handed to the user.
+    pub(crate) observer: HostCallback,
+    /// The host function the node calls with `user_data`; it never unwinds, never calls CUDA.
+    pub(crate) func: unsafe extern "C" fn(*mut c_void),
+    /// Valid while `keep` lives.
+    pub(crate) user_data: *mut c_void,
+}
+
+/// Boxes `f` behind the panic-catching trampoline.
+pub(crate) fn prepare<F>(f: F) -> PreparedCallback
+where
+    F: FnMut() + Send + 'static,
+{
+    let state = Arc::new(CallbackState {
+        f: Mutex::new(Box::new(f)),
+        calls: AtomicU64::new(0),
+        panic: Mutex::new(None),
+    });
+    PreparedCallback {
+        observer: HostCallback {
+            state: Arc::downgrade(&state),
+        },
+        func: trampoline,
+        user_data: Arc::as_ptr(&state) as *mut c_void,
+        keep: Box::new(state),
+    }
+}
+
 /// While capturing: host callbacks.
 impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Records a host function node that runs `f` on a driver thread, once per launch, after the
@@ -128,17 +162,14 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
         F: FnMut() + Send + 'static,
     {
-        let state = Arc::new(CallbackState {
-            f: Mutex::new(Box::new(f)),
-            calls: AtomicU64::new(0),
-            panic: Mutex::new(None),
-        });
-        let observer = HostCallback {
-            state: Arc::downgrade(&state),
-        };
-        let ptr = Arc::as_ptr(&state) as *mut c_void;
+        let PreparedCallback {
+            keep: state,
+            observer,
+            func,
+            user_data: ptr,
+        } = prepare(f);
         let stream = &self.core.stream;
-        if !stream.keep_alive_in_capture(|| Box::new(state))? {
+        if !stream.keep_alive_in_capture(|| state)? {
             // Not capturing any more (invalidated): nothing would own the closure.
             return Err(self.core.status().err().unwrap_or_else(|| {
                 Error::InvalidArgument("the builder's stream is not capturing".into())
@@ -146,7 +177,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         }
         // SAFETY: `ptr` stays valid as long as the graph holds the state (above); the trampoline
         // never unwinds and never calls CUDA.
-        unsafe { drv!(cuLaunchHostFunc(stream.raw(), Some(trampoline), ptr)) }?;
+        unsafe { drv!(cuLaunchHostFunc(stream.raw(), Some(func), ptr)) }?;
         Ok(observer)
     }
 }

@@ -10,7 +10,7 @@ use super::kind::{ConditionalBody, Kind};
 use super::state::State;
 use super::state::{IsCapturing, NotStarted};
 use super::GraphBuilder;
-use crate::driver::graph::GraphHandle;
+use crate::driver::graph::{GraphHandle, TreeState};
 use crate::driver::{self, drv, DriverVersion};
 use crate::error::{Error, Result};
 use crate::runtime::{KernelArg, KernelArgs};
@@ -22,8 +22,8 @@ use crate::runtime::{KernelArg, KernelArgs};
 /// created it; using it with another graph is an [`Error::ForeignConditionalHandle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConditionalHandle {
-    raw: sys::CUgraphConditionalHandle,
-    graph_id: u64,
+    pub(crate) raw: sys::CUgraphConditionalHandle,
+    pub(crate) graph_id: u64,
 }
 
 impl ConditionalHandle {
@@ -37,6 +37,101 @@ impl KernelArg for ConditionalHandle {
     fn push_to(&self, args: &mut KernelArgs) {
         args.push_value(self.raw);
     }
+}
+
+/// Creates a conditional handle in `graph` (`cuGraphConditionalHandleCreate`), for builders and
+/// definitions alike. The caller holds the graph's tree lock.
+pub(crate) fn create_handle(
+    graph: &GraphHandle,
+    default: Option<u32>,
+) -> Result<ConditionalHandle> {
+    driver::require("conditional handles", DriverVersion::V12_3)?;
+    let ctx = &graph.ctx;
+    ctx.bind()?;
+    let mut raw = 0;
+    let flags = if default.is_some() {
+        sys::CU_GRAPH_COND_ASSIGN_DEFAULT
+    } else {
+        0
+    };
+    // SAFETY: the graph and context are live, the graph's tree is locked (by the caller); `raw` is
+    // a valid out pointer.
+    unsafe {
+        drv!(cuGraphConditionalHandleCreate(
+            &mut raw,
+            graph.raw,
+            ctx.raw,
+            default.unwrap_or(0),
+            flags
+        ))
+    }?;
+    Ok(ConditionalHandle {
+        raw,
+        graph_id: graph.id,
+    })
+}
+
+/// The parameters of a conditional node in `graph` with `size` bodies; checks that the handle
+/// belongs to `graph` and that there is at least one body.
+pub(crate) fn node_params(
+    graph: &GraphHandle,
+    handle: &ConditionalHandle,
+    ty: sys::CUgraphConditionalNodeType,
+    size: u32,
+) -> Result<sys::CUgraphNodeParams> {
+    if handle.graph_id != graph.id {
+        return Err(Error::ForeignConditionalHandle);
+    }
+    if size == 0 {
+        return Err(Error::InvalidArgument(
+            "a conditional node needs at least one body".into(),
+        ));
+    }
+    // SAFETY: zeroed node parameters are valid plain C data; the used fields are set below.
+    let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+    params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    params.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
+        handle: handle.raw,
+        type_: ty,
+        size,
+        phGraph_out: std::ptr::null_mut(),
+        ctx: graph.ctx.raw,
+    };
+    Ok(params)
+}
+
+/// The body graphs the driver made for a conditional node added with `params`.
+pub(crate) fn body_graphs(params: &sys::CUgraphNodeParams, size: u32) -> Result<Vec<sys::CUgraph>> {
+    // SAFETY: after a successful add the driver set `phGraph_out` to an array of `size` body
+    // graphs owned by the node, valid as long as the node lives; we copy it at once.
+    unsafe {
+        let out = params.__bindgen_anon_1.conditional.phGraph_out;
+        if out.is_null() {
+            return Err(Error::InvalidArgument(
+                "the driver returned no conditional body graphs".into(),
+            ));
+        }
+        Ok(std::slice::from_raw_parts(out, size as usize).to_vec())
+    }
+}
+
+/// Wraps the bodies of conditional node `node` of `graph` and records them in the tree, so that
+/// destroying the node (through a definition) marks them dead.
+pub(crate) fn register_bodies(
+    tree: &mut TreeState,
+    graph: &Arc<GraphHandle>,
+    node: sys::CUgraphNode,
+    raws: Vec<sys::CUgraph>,
+) -> Vec<Arc<GraphHandle>> {
+    let bodies: Vec<_> = raws
+        .into_iter()
+        .map(|raw| GraphHandle::body(graph, raw))
+        .collect();
+    tree.bodies.insert(
+        (graph.id, node as usize),
+        bodies.iter().map(|b| b.id).collect(),
+    );
+    bodies
 }
 
 /// While capturing: conditional nodes.
@@ -69,28 +164,8 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         let graph = self.conditional_graph("conditional handles", DriverVersion::V12_3)?;
-        let ctx = &self.core.stream.handle.ctx;
-        ctx.bind()?;
-        let mut raw = 0;
-        let flags = if default.is_some() {
-            sys::CU_GRAPH_COND_ASSIGN_DEFAULT
-        } else {
-            0
-        };
-        // SAFETY: the graph and context are live; `raw` is a valid out pointer.
-        unsafe {
-            drv!(cuGraphConditionalHandleCreate(
-                &mut raw,
-                graph.raw,
-                ctx.raw,
-                default.unwrap_or(0),
-                flags
-            ))
-        }?;
-        Ok(ConditionalHandle {
-            raw,
-            graph_id: graph.id,
-        })
+        let _tree = graph.lock();
+        create_handle(graph, default)
     }
 
     /// Adds a conditional node with `size` bodies after the capture's current work, and returns
@@ -107,42 +182,19 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         let graph = self.conditional_graph(feature, needs)?.clone();
-        if handle.graph_id != graph.id {
-            return Err(Error::ForeignConditionalHandle);
-        }
-        if size == 0 {
-            return Err(Error::InvalidArgument(
-                "a conditional node needs at least one body".into(),
-            ));
-        }
-        // SAFETY: zeroed node parameters are valid plain C data; the used fields are set below.
-        let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
-        params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
-        params.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
-            handle: handle.raw,
-            type_: ty,
-            size,
-            phGraph_out: std::ptr::null_mut(),
-            ctx: self.core.stream.handle.ctx.raw,
-        };
-        self.core.add_node(&mut params)?;
-        // SAFETY: after a successful add the driver set `phGraph_out` to an array of `size` body
-        // graphs owned by the node, valid as long as the node (and so `graph`) lives.
-        let bodies: Vec<sys::CUgraph> = unsafe {
-            let out = params.__bindgen_anon_1.conditional.phGraph_out;
-            if out.is_null() {
-                return Err(Error::InvalidArgument(
-                    "the driver returned no conditional body graphs".into(),
-                ));
-            }
-            std::slice::from_raw_parts(out, size as usize).to_vec()
+        let mut params = node_params(&graph, handle, ty, size)?;
+        let bodies = {
+            let mut tree = graph.lock();
+            let node = self.core.add_node(&mut params)?;
+            let raws = body_graphs(&params, size)?;
+            register_bodies(&mut tree, &graph, node, raws)
         };
         let device = self.core.stream.device();
         bodies
             .into_iter()
-            .map(|raw| {
+            .map(|body| {
                 let mut core = Core::new(device.create_stream()?);
-                core.graph = Some(GraphHandle::body(&graph, raw));
+                core.graph = Some(body);
                 core.target = Target::OwnGraph;
                 Ok(GraphBuilder {
                     core,

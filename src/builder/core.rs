@@ -71,8 +71,10 @@ impl Core {
         };
         match into {
             Some(graph) => {
+                // Definitions of this graph (a conditional body's) keep off it while it captures.
+                graph.set_capturing(true);
                 // SAFETY: stream and graph are live; no dependencies are passed.
-                unsafe {
+                let begun = unsafe {
                     drv!(cuStreamBeginCaptureToGraph(
                         raw,
                         graph.raw,
@@ -81,7 +83,11 @@ impl Core {
                         0,
                         mode
                     ))
-                }?;
+                };
+                if let Err(e) = begun {
+                    graph.set_capturing(false);
+                    return Err(e);
+                }
                 self.graph = Some(graph);
                 self.target = Target::OwnGraph;
             }
@@ -103,7 +109,7 @@ impl Core {
         // SAFETY: the stream is capturing (typestate) on this thread or in relaxed mode.
         let ended = unsafe { drv!(cuStreamEndCapture(self.stream.raw(), &mut graph)) };
         self.capturing = false;
-        match ended {
+        let result = match ended {
             Ok(()) => {
                 if self.target == Target::DriverGraph {
                     self.graph = Some(Arc::new(GraphHandle::owned(&self.stream.handle.ctx, graph)));
@@ -123,7 +129,9 @@ impl Core {
                 self.release_streams();
                 Err(capture_error(e))
             }
-        }
+        };
+        self.capture_over();
+        result
     }
 
     /// The capture's status: `Ok` while active, [`Error::CaptureInvalidated`] once invalidated.
@@ -243,6 +251,13 @@ impl Core {
         into.wait(&event)
     }
 
+    /// Lets definitions of the capture's graph use it again.
+    fn capture_over(&self) {
+        if let (Target::OwnGraph, Some(g)) = (self.target, &self.graph) {
+            g.set_capturing(false);
+        }
+    }
+
     fn release_streams(&self) {
         if let Ok(mut s) = self.streams.lock() {
             s.clear();
@@ -278,6 +293,7 @@ impl Drop for Core {
                 self.stream
                     .handle
                     .abandon_capture(self.target == Target::OwnGraph);
+                self.capture_over();
             }
         }
     }

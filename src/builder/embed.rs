@@ -40,6 +40,8 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
         params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH;
         params.__bindgen_anon_1.graph = sys::CUDA_CHILD_GRAPH_NODE_PARAMS { graph: child.raw };
+        // The driver copies the child: nothing may change it meanwhile.
+        let _child_tree = child.lock();
         self.core.add_node(&mut params)?;
         Ok(())
     }

@@ -67,3 +67,18 @@ impl OwnsCapture for ConditionalBody<'_> {}
 )]
 pub trait StandsAlone: Kind {}
 impl StandsAlone for Primary {}
+
+/// Kinds whose graph can be viewed as a definition in state `S`: [`Primary`] once `Ended`, and
+/// [`ConditionalBody`] in any state that is not capturing. (A `Capturing` state is ruled out by
+/// [`NotCapturing`](super::state::NotCapturing), with its own message.)
+#[diagnostic::on_unimplemented(
+    message = "a `{Self}` builder that is `{S}` has no graph to view as a definition",
+    label = "`graph_definition()` needs an ended `Primary` builder, or a `ConditionalBody` builder",
+    note = "a `Primary` builder that is `NotStarted` has no graph yet: call `begin_building(mode)`, record, `end_building()`, then `graph_definition()`; or build explicitly from `GraphDefinition::new(&device)`",
+    note = "a `Forked` builder records into its parent's graph: join it (`parent.join(forks)`), end the parent, and call `graph_definition()` on the parent"
+)]
+pub trait HasGraphDefinition<S: super::state::State>: Kind {}
+impl HasGraphDefinition<super::state::Ended> for Primary {}
+// Ruled out by `NotCapturing` (with a clearer message); implemented so only one error shows.
+impl<M: super::state::CaptureMode> HasGraphDefinition<super::state::Capturing<M>> for Primary {}
+impl<S: super::state::State> HasGraphDefinition<S> for ConditionalBody<'_> {}

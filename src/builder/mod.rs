@@ -8,10 +8,11 @@ use crate::driver::graph::GraphHandle;
 use crate::error::Result;
 use crate::runtime::{Device, Stream};
 
-mod callback;
+pub(crate) mod callback;
 mod capture;
-mod conditional;
+pub(crate) mod conditional;
 pub(crate) mod core;
+mod definition;
 mod embed;
 mod fork;
 pub mod kind;
@@ -21,10 +22,12 @@ pub use callback::HostCallback;
 pub use conditional::ConditionalHandle;
 pub use embed::ChildGraph;
 pub use fork::{AtLeastTwo, Forks};
-pub use kind::{ConditionalBody, Forked, Kind, OwnsCapture, Primary, StandsAlone};
+pub use kind::{
+    ConditionalBody, Forked, HasGraphDefinition, Kind, OwnsCapture, Primary, StandsAlone,
+};
 pub use state::{
     BoundToCapturingThread, CaptureMode, Capturing, Ended, Global, IsCapturing, IsEnded,
-    NotStarted, Relaxed, State, ThreadLocal, Unstarted,
+    NotCapturing, NotStarted, Relaxed, State, ThreadLocal, Unstarted,
 };
 
 use self::core::Core;

@@ -157,3 +157,15 @@ impl CaptureMode for Relaxed {
         CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED
     }
 }
+
+/// States in which a builder's graph can be viewed as a definition: [`NotStarted`] and
+/// [`Ended`] (the kind decides further, see
+/// [`HasGraphDefinition`](super::kind::HasGraphDefinition)).
+#[diagnostic::on_unimplemented(
+    message = "a builder that is `{Self}` cannot give a graph definition while it is capturing",
+    label = "`graph_definition()` needs a builder that is not capturing",
+    note = "call `end_building()` first, then `graph_definition()` on the ended builder: the definition is a view of the finished graph"
+)]
+pub trait NotCapturing: State {}
+impl NotCapturing for NotStarted {}
+impl NotCapturing for Ended {}

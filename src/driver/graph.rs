@@ -1,6 +1,7 @@
 //! Graph and graph-exec handles.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys;
 
@@ -24,10 +25,35 @@ pub struct GraphHandle {
     pub(crate) id: u64,
     /// `Some` for a graph owned by a node of `owner` (conditional bodies): never destroyed here.
     owner: Option<Arc<GraphHandle>>,
+    /// CUDA graph objects are not internally synchronised: every driver call that reads or
+    /// mutates a graph runs under its tree's lock ([`GraphHandle::lock`]). Only the root's is
+    /// used; a conditional body takes its root's, since instantiating the root reads the bodies.
+    tree: Mutex<TreeState>,
 }
 
-// SAFETY: CUgraph handles may be used from any thread; this crate never mutates a graph from two
-// threads at once (mutation goes through `&mut` or through a capture owned by one builder).
+/// What the lock of a graph tree (a root graph and its conditional bodies) guards besides the
+/// driver calls: the bookkeeping of explicit definitions.
+#[derive(Debug, Default)]
+pub(crate) struct TreeState {
+    /// Live nodes known to this crate: `(graph id, raw node)` → serial. A node token is valid
+    /// only while its serial is here, so a destroyed node (whose address the driver may reuse)
+    /// is never mistaken for a new one.
+    pub(crate) nodes: HashMap<(u64, usize), u64>,
+    /// The next node serial.
+    pub(crate) next_serial: u64,
+    /// Conditional nodes that this crate created: `(graph id, raw node)` → the ids of the body
+    /// graphs it owns, so that destroying the node marks them dead.
+    pub(crate) bodies: HashMap<(u64, usize), Vec<u64>>,
+    /// Body graphs whose conditional node was destroyed (and the driver freed them).
+    pub(crate) dead: HashSet<u64>,
+    /// Graphs that a stream capture is recording into right now: definitions refuse to touch
+    /// them until the capture ends.
+    pub(crate) capturing: HashSet<u64>,
+}
+
+// SAFETY: CUgraph handles may be used from any thread; this crate never touches a graph tree from
+// two threads at once: driver calls on it run under its tree lock (`lock`), and a capture that
+// records into it is owned by one builder, while definitions refuse it (`TreeState::capturing`).
 unsafe impl Send for GraphHandle {}
 // SAFETY: as above.
 unsafe impl Sync for GraphHandle {}
@@ -49,6 +75,7 @@ impl GraphHandle {
             raw,
             id: next_id(),
             owner: None,
+            tree: Mutex::new(TreeState::default()),
         }
     }
 
@@ -59,7 +86,55 @@ impl GraphHandle {
             raw,
             id: next_id(),
             owner: Some(owner.clone()),
+            tree: Mutex::new(TreeState::default()),
         })
+    }
+
+    /// Takes the lock of this graph's tree (see [`TreeState`]). Hold it across every driver call
+    /// that reads or mutates the graph; never take a second tree's lock while holding it except
+    /// through [`lock_two`].
+    pub(crate) fn lock(&self) -> MutexGuard<'_, TreeState> {
+        let mut g = self;
+        while let Some(o) = &g.owner {
+            g = o;
+        }
+        // A panic never happens while the lock is held, but stay usable if one did.
+        g.tree.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The id of this graph's tree: its root graph's id.
+    pub(crate) fn tree_id(&self) -> u64 {
+        let mut g = self;
+        while let Some(o) = &g.owner {
+            g = o;
+        }
+        g.id
+    }
+
+    /// Whether this graph is a conditional body (owned by a node of another graph).
+    pub(crate) fn is_body(&self) -> bool {
+        self.owner.is_some()
+    }
+
+    /// The ids of this graph and the graphs that own it, innermost first.
+    pub(crate) fn owner_chain(&self) -> Vec<u64> {
+        let mut ids = vec![self.id];
+        let mut g = self;
+        while let Some(o) = &g.owner {
+            ids.push(o.id);
+            g = o;
+        }
+        ids
+    }
+
+    /// Marks (or unmarks) this graph as the target of a running stream capture.
+    pub(crate) fn set_capturing(&self, on: bool) {
+        let mut tree = self.lock();
+        if on {
+            tree.capturing.insert(self.id);
+        } else {
+            tree.capturing.remove(&self.id);
+        }
     }
 
     /// The graph that owns this one's memory: itself, or the root of its owner chain.
@@ -102,5 +177,22 @@ impl Drop for ExecHandle {
             // the user objects it holds are released after that.
             unsafe { drv_drop!(cuGraphExecDestroy(self.raw)) };
         }
+    }
+}
+
+/// Locks the trees of two graphs, in a fixed order (by tree id) so that two threads locking the
+/// same pair never deadlock; one guard when both are in the same tree.
+pub(crate) fn lock_two<'a>(
+    a: &'a GraphHandle,
+    b: &'a GraphHandle,
+) -> (MutexGuard<'a, TreeState>, Option<MutexGuard<'a, TreeState>>) {
+    if a.tree_id() == b.tree_id() {
+        (a.lock(), None)
+    } else if a.tree_id() < b.tree_id() {
+        let ga = a.lock();
+        (ga, Some(b.lock()))
+    } else {
+        let gb = b.lock();
+        (a.lock(), Some(gb))
     }
 }

@@ -152,7 +152,8 @@ pub(crate) fn dot_print(
     })?;
     let cpath = super::path_cstring(path)?;
     graph.ctx.bind()?;
-    // SAFETY: the graph is live; `cpath` is NUL-terminated.
+    let _tree = graph.lock();
+    // SAFETY: the graph is live and its tree locked; `cpath` is NUL-terminated.
     unsafe {
         drv!(cuGraphDebugDotPrint(
             graph.raw,

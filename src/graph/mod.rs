@@ -169,7 +169,9 @@ impl Graph {
             result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
         };
         let mut exec = std::ptr::null_mut();
-        // SAFETY: `graph` is live; `params` is fully initialised; `exec` is a valid out pointer.
+        let tree = graph.lock();
+        // SAFETY: `graph` is live and its tree locked; `params` is fully initialised; `exec` is a
+        // valid out pointer.
         let r = unsafe {
             drv!(cuGraphInstantiateWithParams(
                 &mut exec,
@@ -177,6 +179,7 @@ impl Graph {
                 &mut params
             ))
         };
+        drop(tree);
         let result = params.result_out;
         if result != sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS {
             if !exec.is_null() {
@@ -237,8 +240,10 @@ impl Graph {
         self.exec.ctx.bind()?;
         // SAFETY: a zeroed result-info struct is a valid out parameter (plain C data).
         let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
-        // SAFETY: exec and graph are live; `info` is a valid out pointer.
+        let tree = graph.lock();
+        // SAFETY: exec and graph are live, the graph's tree locked; `info` is a valid out pointer.
         let r = unsafe { drv!(cuGraphExecUpdate_v2(self.exec.raw, graph.raw, &mut info)) };
+        drop(tree);
         if info.result != sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS || r.is_err() {
             return Err(Error::Update {
                 reason: update_failure(info.result),

@@ -113,6 +113,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         }
     }
 
+    /// An observer that tells when the allocation is freed (after this handle and every graph
+    /// and exec using it are dropped), without keeping it alive.
+    pub fn release_observer(&self) -> super::ReleaseObserver {
+        super::ReleaseObserver::new(&self.alloc)
+    }
+
     /// How many handles (this one, graphs, execs) share the allocation. For tests and diagnostics.
     pub fn share_count(&self) -> usize {
         Arc::strong_count(&self.alloc)

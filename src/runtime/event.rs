@@ -29,6 +29,12 @@ impl Event {
         unsafe { drv!(cuEventSynchronize(self.handle.raw)) }
     }
 
+    /// An observer that tells when the event is destroyed (after every clone of this handle and
+    /// every graph and exec using it are dropped), without keeping it alive.
+    pub fn release_observer(&self) -> super::ReleaseObserver {
+        super::ReleaseObserver::new(&self.handle)
+    }
+
     /// Whether the work recorded before this event has completed.
     pub fn is_complete(&self) -> Result<bool> {
         self.handle.ctx.bind()?;

@@ -5,6 +5,7 @@ mod device;
 mod event;
 mod launch;
 mod module;
+mod observer;
 mod stream;
 
 pub use buffer::{DeviceBuffer, DeviceCopy};
@@ -12,6 +13,7 @@ pub use device::Device;
 pub use event::Event;
 pub use launch::{KernelArg, KernelArgs, LaunchConfig};
 pub use module::{Function, Module};
+pub use observer::ReleaseObserver;
 pub use stream::Stream;
 
 static_assertions::assert_impl_all!(Device: Send, Sync, Clone, std::fmt::Debug);

@@ -42,6 +42,12 @@ impl std::fmt::Debug for Function {
 }
 
 impl Module {
+    /// An observer that tells when the module is unloaded (after every `Module` and `Function`
+    /// handle of it and every graph and exec launching its kernels are dropped).
+    pub fn release_observer(&self) -> super::ReleaseObserver {
+        super::ReleaseObserver::new(&self.handle)
+    }
+
     /// Looks up an `extern "C"` kernel by name; [`Error::FunctionNotFound`] if there is none.
     pub fn function(&self, name: &str) -> Result<Function> {
         let cname = CString::new(name)
@@ -72,6 +78,12 @@ impl Module {
 }
 
 impl Function {
+    /// An observer that tells when the function's module is unloaded (after every `Module` and
+    /// `Function` handle of it and every graph and exec launching it are dropped).
+    pub fn release_observer(&self) -> super::ReleaseObserver {
+        super::ReleaseObserver::new(&self.module)
+    }
+
     /// The kernel's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -1,0 +1,183 @@
+//! Conditional nodes of a definition: IF, IF/ELSE, WHILE, SWITCH, with definitions as bodies.
+
+use cudarc::driver::sys;
+
+use super::node::{self, GraphNode};
+use super::GraphDefinition;
+use crate::builder::conditional::{body_graphs, node_params, register_bodies};
+use crate::driver::{self, drv, DriverVersion};
+use crate::error::{Error, Result};
+use crate::ConditionalHandle;
+
+type Cond = sys::CUgraphConditionalNodeType;
+
+impl GraphDefinition {
+    /// Adds a conditional node with `size` bodies after `deps` (`cuGraphAddNode_v2`) and returns
+    /// it with one definition per body graph.
+    fn add_conditional(
+        &self,
+        deps: &[&GraphNode],
+        handle: &ConditionalHandle,
+        ty: Cond,
+        size: u32,
+        feature: &'static str,
+        needs: DriverVersion,
+    ) -> Result<(GraphNode, Vec<GraphDefinition>)> {
+        driver::require(feature, needs)?;
+        let graph = self.handle();
+        let mut params = node_params(graph, handle, ty, size)?;
+        let mut locked = self.lock()?;
+        let raw_deps = node::check_all(&locked.tree, graph.id, deps)?;
+        let mut out = std::ptr::null_mut();
+        let deps_ptr = if raw_deps.is_empty() {
+            std::ptr::null()
+        } else {
+            raw_deps.as_ptr()
+        };
+        // SAFETY: the graph is live and its tree locked; `raw_deps` are checked nodes of it, with
+        // default edges (no edge data); `params` is a fully initialised conditional block.
+        unsafe {
+            drv!(cuGraphAddNode_v2(
+                &mut out,
+                graph.raw,
+                deps_ptr,
+                std::ptr::null(),
+                raw_deps.len(),
+                &mut params
+            ))
+        }?;
+        let node = node::fresh(&mut locked.tree, graph.id, out);
+        let raws = body_graphs(&params, size)?;
+        let bodies = register_bodies(&mut locked.tree, graph, out, raws);
+        Ok((
+            node,
+            bodies.into_iter().map(GraphDefinition::view).collect(),
+        ))
+    }
+
+    /// Adds an IF node: its body runs when `handle`'s value is non-zero. Needs driver 12.3.
+    ///
+    /// The body is a definition of the node's body graph: add its nodes explicitly. Bodies may
+    /// hold only kernel, empty, child-graph, memset, memcpy and conditional nodes (the driver
+    /// refuses others). The handle must come from this definition's
+    /// [`create_conditional_handle`](Self::create_conditional_handle), else
+    /// [`Error::ForeignConditionalHandle`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, add_one: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// let h = def.create_conditional_handle(Some(1))?;
+    /// let (_if_node, body) = def.add_if(&[], &h)?;
+    /// // SAFETY: add_one takes one int*.
+    /// unsafe { body.add_kernel(&[], add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// # Ok(()) }
+    /// ```
+    pub fn add_if(
+        &self,
+        deps: &[&GraphNode],
+        handle: &ConditionalHandle,
+    ) -> Result<(GraphNode, GraphDefinition)> {
+        let (node, mut bodies) = self.add_conditional(
+            deps,
+            handle,
+            Cond::CU_GRAPH_COND_TYPE_IF,
+            1,
+            "conditional IF nodes",
+            DriverVersion::V12_3,
+        )?;
+        let body = bodies.pop().ok_or_else(no_body)?;
+        Ok((node, body))
+    }
+
+    /// Adds an IF node with an ELSE body: `(node, then, else)`; `then` runs when the value is
+    /// non-zero, `else` when it is zero. Needs driver 12.8.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let h = def.create_conditional_handle(None)?;
+    /// let (_node, then_body, else_body) = def.add_if_else(&[], &h)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_if_else(
+        &self,
+        deps: &[&GraphNode],
+        handle: &ConditionalHandle,
+    ) -> Result<(GraphNode, GraphDefinition, GraphDefinition)> {
+        let (node, mut bodies) = self.add_conditional(
+            deps,
+            handle,
+            Cond::CU_GRAPH_COND_TYPE_IF,
+            2,
+            "conditional IF nodes with an ELSE body",
+            DriverVersion::V12_8,
+        )?;
+        let else_body = bodies.pop().ok_or_else(no_body)?;
+        let then_body = bodies.pop().ok_or_else(no_body)?;
+        Ok((node, then_body, else_body))
+    }
+
+    /// Adds a WHILE node: its body runs again and again while `handle`'s value is non-zero
+    /// (tested before each iteration); a kernel in the body sets it with
+    /// `cudaGraphSetConditional`. Needs driver 12.3.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let h = def.create_conditional_handle(Some(1))?;
+    /// let (_loop_node, body) = def.add_while(&[], &h)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_while(
+        &self,
+        deps: &[&GraphNode],
+        handle: &ConditionalHandle,
+    ) -> Result<(GraphNode, GraphDefinition)> {
+        let (node, mut bodies) = self.add_conditional(
+            deps,
+            handle,
+            Cond::CU_GRAPH_COND_TYPE_WHILE,
+            1,
+            "conditional WHILE nodes",
+            DriverVersion::V12_3,
+        )?;
+        let body = bodies.pop().ok_or_else(no_body)?;
+        Ok((node, body))
+    }
+
+    /// Adds a SWITCH node with `n` bodies: body `i` runs when the value is `i`, none when it is
+    /// `n` or more. Needs driver 12.8. `n == 0` is an [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let h = def.create_conditional_handle(Some(2))?;
+    /// let (_node, cases) = def.add_switch(&[], &h, 3)?;
+    /// assert_eq!(cases.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn add_switch(
+        &self,
+        deps: &[&GraphNode],
+        handle: &ConditionalHandle,
+        n: u32,
+    ) -> Result<(GraphNode, Vec<GraphDefinition>)> {
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "a SWITCH node needs at least one branch".into(),
+            ));
+        }
+        self.add_conditional(
+            deps,
+            handle,
+            Cond::CU_GRAPH_COND_TYPE_SWITCH,
+            n,
+            "conditional SWITCH nodes",
+            DriverVersion::V12_8,
+        )
+    }
+}
+
+fn no_body() -> Error {
+    Error::InvalidArgument("the driver returned fewer conditional bodies than asked".into())
+}

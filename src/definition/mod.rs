@@ -1,0 +1,327 @@
+//! The explicit layer: [`GraphDefinition`], a CUDA graph built node by node, and [`GraphNode`].
+//!
+//! See [`GraphDefinition`] and `docs/DEFINITION.md`.
+
+use std::path::Path;
+use std::sync::{Arc, MutexGuard};
+
+use cudarc::driver::sys;
+
+use crate::builder::ChildGraph;
+use crate::driver::drv;
+use crate::driver::graph::{GraphHandle, TreeState};
+use crate::driver::user_object::{self, KeepAlive};
+use crate::error::{Error, Result};
+use crate::graph::source::FinishedGraph;
+use crate::graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions, UpdateSource};
+use crate::runtime::{Device, ReleaseObserver};
+use crate::ConditionalHandle;
+
+mod conditional;
+mod node;
+mod nodes;
+mod topology;
+
+pub use node::{GraphNode, NodeType};
+pub use nodes::{GraphAllocation, Memset2d, MemsetValue};
+
+/// A CUDA graph (`CUgraph`) built explicitly, node by node — or a view of a graph a builder
+/// captured, to inspect and extend it.
+///
+/// ## Making one
+/// - [`GraphDefinition::new`] starts an empty graph.
+/// - [`GraphBuilder::graph_definition`](crate::GraphBuilder::graph_definition) gives a view of
+///   an ended primary builder's graph, or of a conditional body's graph (before or after its
+///   capture: bodies may be captured, then extended, or never captured at all).
+/// - The `add_if`/`add_if_else`/`add_while`/`add_switch` nodes return their bodies as
+///   definitions.
+///
+/// A view shares ownership of the graph: it outlives the builder, and nodes added through it are
+/// part of that graph (use [`try_clone`](Self::try_clone) for a copy).
+///
+/// ## Dependencies
+/// Every `add_*` method takes `deps: &[&GraphNode]`, the nodes the new node runs after (`&[]`
+/// for a root), and returns the new node. [`join`](Self::join) adds an empty node after several
+/// nodes. Edges can also be added and removed later ([`add_edge`](Self::add_edge),
+/// [`remove_edge`](Self::remove_edge)).
+///
+/// ## Lifetimes
+/// Every resource of this crate that a node refers to — a [`DeviceBuffer`](crate::DeviceBuffer)'s
+/// memory, an [`Event`](crate::Event), a kernel's module, a host callback's closure, a child or
+/// body graph — is moved into the graph as a CUDA user object, so it lives until this graph, its
+/// clones and every [`Graph`] exec made from them are dropped (instantiation carries user
+/// objects to the exec). Dropping your handles early is fine.
+///
+/// ## Threads
+/// `GraphDefinition` is `Send + Sync`. CUDA graph objects are not internally synchronised, so
+/// every call that reads or changes the graph (adding and destroying nodes and edges,
+/// inspection, clone, instantiate, print, update from it, embedding it) takes a lock shared by
+/// the graph and its conditional bodies. While a conditional body's builder is capturing into
+/// the body, definitions of that body return an error.
+///
+/// ```no_run
+/// use cuda_graph::prelude::*;
+/// # fn main() -> cuda_graph::Result<()> {
+/// # let device = Device::new(0)?;
+/// # let module = device.load_module(&[])?;
+/// let affine = module.function("affine")?; // p[0] = p[0] * m + b
+/// let value = device.alloc_zeroed::<i32>(1)?;
+///
+/// let def = GraphDefinition::new(&device)?;
+/// let zero = def.add_memset(&[], &value, 0i32)?;
+/// // SAFETY: affine takes (int*, int, int).
+/// let plus_one = unsafe {
+///     def.add_kernel(&[&zero], &affine, LaunchConfig::single(), &KernelArgs::new().arg(&value).arg(1i32).arg(1i32))?
+/// };
+/// let times_ten = unsafe {
+///     def.add_kernel(&[&plus_one], &affine, LaunchConfig::single(), &KernelArgs::new().arg(&value).arg(10i32).arg(0i32))?
+/// };
+/// assert_eq!(def.nodes()?.len(), 3);
+/// let graph = def.instantiate(&GraphCompleteOptions::default())?;
+/// let stream = device.create_stream()?;
+/// graph.launch(&stream)?;
+/// stream.synchronize()?;
+/// assert_eq!(value.to_vec()?, [10]);
+/// # let _ = times_ten;
+/// # Ok(()) }
+/// ```
+pub struct GraphDefinition {
+    graph: Arc<GraphHandle>,
+}
+
+impl std::fmt::Debug for GraphDefinition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphDefinition")
+            .field("graph", &self.graph.raw)
+            .field("conditional_body", &self.graph.is_body())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The state of the graph's tree, locked, for one operation.
+pub(crate) struct Locked<'a> {
+    pub(crate) tree: MutexGuard<'a, TreeState>,
+}
+
+impl GraphDefinition {
+    /// Creates an empty graph on `device` (`cuGraphCreate`).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// let device = Device::new(0)?;
+    /// let def = GraphDefinition::new(&device)?;
+    /// assert!(def.nodes()?.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn new(device: &Device) -> Result<GraphDefinition> {
+        Ok(GraphDefinition {
+            graph: GraphHandle::create(&device.ctx)?,
+        })
+    }
+
+    /// A view of `graph`, sharing its ownership.
+    pub(crate) fn view(graph: Arc<GraphHandle>) -> GraphDefinition {
+        GraphDefinition { graph }
+    }
+
+    /// The device the graph belongs to.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let stream = def.device().create_stream()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn device(&self) -> Device {
+        Device::from_ctx(&self.graph.ctx)
+    }
+
+    /// Whether this is the body of a conditional node. A body runs as part of the graph holding
+    /// its node: it cannot be instantiated, cloned, embedded or used as an update source alone.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let h = def.create_conditional_handle(Some(1))?;
+    /// let (_node, body) = def.add_if(&[], &h)?;
+    /// assert!(body.is_conditional_body() && !def.is_conditional_body());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_conditional_body(&self) -> bool {
+        self.graph.is_body()
+    }
+
+    /// An observer that tells when the graph itself is destroyed: after every definition and
+    /// builder of it, every graph it is embedded in as a body or kept alive by (a clone keeps
+    /// its original), are dropped.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let def = GraphDefinition::new(device)?;
+    /// let watch = def.release_observer();
+    /// drop(def);
+    /// assert!(watch.is_released());
+    /// # Ok(()) }
+    /// ```
+    pub fn release_observer(&self) -> ReleaseObserver {
+        ReleaseObserver::new(&self.graph)
+    }
+
+    /// Binds the context and locks the graph's tree, refusing a graph that a capture is recording
+    /// into or whose conditional node was destroyed.
+    pub(crate) fn lock(&self) -> Result<Locked<'_>> {
+        self.graph.ctx.bind()?;
+        let tree = self.graph.lock();
+        check_usable(&self.graph, &tree)?;
+        Ok(Locked { tree })
+    }
+
+    /// The graph, for driver calls made under [`lock`](Self::lock).
+    pub(crate) fn handle(&self) -> &Arc<GraphHandle> {
+        &self.graph
+    }
+
+    /// Moves `value` into this graph as a user object (the tree must be locked).
+    pub(crate) fn keep(&self, _locked: &Locked<'_>, value: KeepAlive) -> Result<()> {
+        user_object::retain(self.graph.raw, value)
+    }
+
+    /// The error for a body used where a graph of its own is needed.
+    fn standalone(&self, what: &str) -> Result<&Arc<GraphHandle>> {
+        if self.graph.is_body() {
+            return Err(Error::InvalidArgument(format!(
+                "a conditional body cannot be {what} on its own: it runs as part of the graph that holds its conditional node; use that graph's definition"
+            )));
+        }
+        Ok(&self.graph)
+    }
+
+    /// Copies the graph (`cuGraphClone`) into a new, independent definition.
+    ///
+    /// The copy's nodes are new nodes: list them with [`nodes`](Self::nodes) (tokens of this
+    /// graph are foreign to the copy). The copy keeps this graph alive, and so everything this
+    /// graph's nodes use, for as long as the copy and its execs live. A conditional body cannot
+    /// be cloned on its own.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let copy = def.try_clone()?;
+    /// assert_eq!(copy.nodes()?.len(), def.nodes()?.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn try_clone(&self) -> Result<GraphDefinition> {
+        self.standalone("cloned")?;
+        let locked = self.lock()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the graph is live and its tree locked; `raw` is a valid out pointer.
+        unsafe { drv!(cuGraphClone(&mut raw, self.graph.raw)) }?;
+        drop(locked);
+        let clone = Arc::new(GraphHandle::owned(&self.graph.ctx, raw));
+        // Whether the driver copies user objects into clones is not something to rely on: the
+        // clone holds the original (and so everything the original holds).
+        user_object::retain(clone.raw, Box::new(self.graph.root()))?;
+        Ok(GraphDefinition { graph: clone })
+    }
+
+    /// Instantiates the graph into an executable [`Graph`] (`cuGraphInstantiateWithParams`), as
+    /// often as you like. The exec keeps every operand alive; the definition can be dropped.
+    ///
+    /// A refusal is an [`Error::Instantiate`] naming the driver's reason. A conditional body cannot
+    /// be instantiated on its own.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, stream: &Stream) -> cuda_graph::Result<()> {
+    /// let graph = def.instantiate(&GraphCompleteOptions::default())?;
+    /// graph.launch(stream)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn instantiate(&self, options: &GraphCompleteOptions) -> Result<Graph> {
+        Graph::instantiate(self.finished_graph()?, options)
+    }
+
+    /// Writes the graph as Graphviz DOT to `path` (`cuGraphDebugDotPrint`). An unwritable path
+    /// is an [`Error::Io`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// def.debug_dot_print("graph.dot", &GraphDebugPrintOptions::all())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn debug_dot_print(
+        &self,
+        path: impl AsRef<Path>,
+        options: &GraphDebugPrintOptions,
+    ) -> Result<()> {
+        // Checked under the lock here; `dot_print` takes the lock again for the call itself.
+        drop(self.lock()?);
+        crate::graph::dot_print(&self.graph, path.as_ref(), options)
+    }
+
+    /// Creates a conditional handle in this graph (`cuGraphConditionalHandleCreate`), for the
+    /// conditional nodes of this graph. Needs driver 12.3.
+    ///
+    /// With `Some(value)` the handle is reset to `value` at the start of every launch; with
+    /// `None` it keeps what device code last set (`cudaGraphSetConditional`).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let always = def.create_conditional_handle(Some(1))?;
+    /// let (_node, body) = def.add_if(&[], &always)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn create_conditional_handle(&self, default: Option<u32>) -> Result<ConditionalHandle> {
+        let _locked = self.lock()?;
+        crate::builder::conditional::create_handle(&self.graph, default)
+    }
+}
+
+/// Refuses a graph that a capture records into, or a body whose conditional node is gone.
+fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
+    if tree.capturing.contains(&graph.id) {
+        return Err(Error::InvalidArgument(
+            "a stream capture is recording into this graph (its conditional body builder is capturing): call `end_building()` on the body first".into(),
+        ));
+    }
+    if graph.owner_chain().iter().any(|id| tree.dead.contains(id)) {
+        return Err(Error::InvalidArgument(
+            "this conditional body was freed: its conditional node was destroyed".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl FinishedGraph for GraphDefinition {
+    fn finished_graph(&self) -> Result<&Arc<GraphHandle>> {
+        self.standalone("instantiated, embedded or used as an update source")
+    }
+}
+
+impl UpdateSource for GraphDefinition {}
+impl ChildGraph for GraphDefinition {}
+
+/// Raw node type of `node` (the tree locked).
+pub(crate) fn raw_node_type(node: sys::CUgraphNode) -> Result<u32> {
+    let mut v: u32 = u32::MAX;
+    // SAFETY: `node` is a live node (checked by the caller under the tree lock). The driver
+    // writes a 4-byte enum value; it is written into a `u32`, never read as the Rust enum, so an
+    // unknown value from a newer driver is not undefined behaviour.
+    unsafe {
+        drv!(cuGraphNodeGetType(
+            node,
+            (&mut v as *mut u32).cast::<sys::CUgraphNodeType>()
+        ))
+    }?;
+    Ok(v)
+}
+
+static_assertions::assert_impl_all!(GraphDefinition: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(GraphNode: Send, Sync, Copy, std::fmt::Debug);
+static_assertions::assert_impl_all!(NodeType: Send, Sync, Copy, std::fmt::Debug);
+static_assertions::assert_impl_all!(GraphAllocation: Send, Sync, std::fmt::Debug);
+static_assertions::assert_not_impl_any!(GraphAllocation: Clone, Copy);

@@ -1,0 +1,248 @@
+//! [`GraphNode`] tokens, [`NodeType`], and the per-tree registry that keeps tokens honest.
+
+use cudarc::driver::sys;
+
+use crate::driver::graph::TreeState;
+use crate::error::{Error, Result};
+
+/// A node of one graph: the value the `add_*` methods of [`GraphDefinition`](crate::GraphDefinition)
+/// return, and what they take as dependencies.
+///
+/// It is a name, not an owner: it is `Copy`, keeps nothing alive, and is only meaningful to the
+/// definitions of the graph it was added to (or listed from, with `nodes()`). Passing it to a
+/// definition of another graph is an [`Error::ForeignNode`]; using it after
+/// [`destroy_node`](crate::GraphDefinition::destroy_node) is an [`Error::DestroyedNode`] (even if
+/// the driver reuses the node's address for a new node). `Send + Sync`.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(device: &Device) -> cuda_graph::Result<()> {
+/// let def = GraphDefinition::new(device)?;
+/// let first = def.add_empty(&[])?;
+/// let second = def.add_empty(&[&first])?; // runs after `first`
+/// assert_eq!(def.successors(&first)?, [second]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GraphNode {
+    /// The id of the graph (`GraphHandle::id`) the node lives in.
+    pub(crate) graph: u64,
+    /// The raw `CUgraphNode`, as an address.
+    pub(crate) raw: usize,
+    /// Distinguishes this node from a later one at the same address.
+    pub(crate) serial: u64,
+}
+
+impl GraphNode {
+    pub(crate) fn raw(&self) -> sys::CUgraphNode {
+        self.raw as sys::CUgraphNode
+    }
+}
+
+/// What a node does (`CUgraphNodeType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NodeType {
+    /// A kernel launch.
+    Kernel,
+    /// A memory copy.
+    Memcpy,
+    /// A memset.
+    Memset,
+    /// A host callback.
+    Host,
+    /// A child-graph node (`CU_GRAPH_NODE_TYPE_GRAPH`): runs a copy of another graph.
+    Child,
+    /// An empty node (only orders other nodes).
+    Empty,
+    /// Waits for an event.
+    EventWait,
+    /// Records an event.
+    EventRecord,
+    /// Signals external semaphores.
+    ExternalSemaphoreSignal,
+    /// Waits on external semaphores.
+    ExternalSemaphoreWait,
+    /// Allocates memory.
+    MemAlloc,
+    /// Frees memory allocated by an allocation node.
+    MemFree,
+    /// A batch of memory operations.
+    BatchMemOp,
+    /// A conditional node (IF, IF/ELSE, WHILE, SWITCH).
+    Conditional,
+    /// A type this crate does not know (a newer driver's).
+    Other(u32),
+}
+
+impl NodeType {
+    /// The type for the driver's raw `CUgraphNodeType` value.
+    pub(crate) fn from_raw(v: u32) -> NodeType {
+        match v {
+            0 => NodeType::Kernel,
+            1 => NodeType::Memcpy,
+            2 => NodeType::Memset,
+            3 => NodeType::Host,
+            4 => NodeType::Child,
+            5 => NodeType::Empty,
+            6 => NodeType::EventWait,
+            7 => NodeType::EventRecord,
+            8 => NodeType::ExternalSemaphoreSignal,
+            9 => NodeType::ExternalSemaphoreWait,
+            10 => NodeType::MemAlloc,
+            11 => NodeType::MemFree,
+            12 => NodeType::BatchMemOp,
+            13 => NodeType::Conditional,
+            other => NodeType::Other(other),
+        }
+    }
+}
+
+/// Registers a node the driver just made (or that this crate sees for the first time) in graph
+/// `graph` and returns its token. A node already registered keeps its token.
+pub(crate) fn token(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
+    let key = (graph, raw as usize);
+    let serial = match tree.nodes.get(&key) {
+        Some(s) => *s,
+        None => {
+            tree.next_serial += 1;
+            let s = tree.next_serial;
+            tree.nodes.insert(key, s);
+            s
+        }
+    };
+    GraphNode {
+        graph,
+        raw: raw as usize,
+        serial,
+    }
+}
+
+/// Registers a node the driver just created: it gets a new serial even if a destroyed node had
+/// its address.
+pub(crate) fn fresh(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
+    tree.nodes.remove(&(graph, raw as usize));
+    token(tree, graph, raw)
+}
+
+/// Checks that `node` is a live node of graph `graph`.
+pub(crate) fn check(tree: &TreeState, graph: u64, node: &GraphNode) -> Result<sys::CUgraphNode> {
+    if node.graph != graph {
+        return Err(Error::ForeignNode);
+    }
+    match tree.nodes.get(&(graph, node.raw)) {
+        Some(s) if *s == node.serial => Ok(node.raw()),
+        _ => Err(Error::DestroyedNode),
+    }
+}
+
+/// Checks every dependency and returns the raw nodes.
+pub(crate) fn check_all(
+    tree: &TreeState,
+    graph: u64,
+    nodes: &[&GraphNode],
+) -> Result<Vec<sys::CUgraphNode>> {
+    nodes.iter().map(|n| check(tree, graph, n)).collect()
+}
+
+/// Checks both ends of an edge: live nodes of `graph`, and not the same node.
+pub(crate) fn check_edge(
+    tree: &TreeState,
+    graph: u64,
+    from: &GraphNode,
+    to: &GraphNode,
+) -> Result<(sys::CUgraphNode, sys::CUgraphNode)> {
+    let (a, b) = (check(tree, graph, from)?, check(tree, graph, to)?);
+    if a == b {
+        return Err(Error::InvalidArgument(
+            "an edge from a node to itself would be a cycle".into(),
+        ));
+    }
+    Ok((a, b))
+}
+
+/// Forgets a destroyed node; if it was a conditional node this crate made, its body graphs
+/// (freed by the driver with it) are marked dead.
+pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) {
+    tree.nodes.remove(&(graph, node.raw));
+    if let Some(bodies) = tree.bodies.remove(&(graph, node.raw)) {
+        tree.dead.extend(bodies);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(n: usize) -> sys::CUgraphNode {
+        n as sys::CUgraphNode
+    }
+
+    #[test]
+    fn a_registered_node_checks_out() {
+        let mut tree = TreeState::default();
+        let a = fresh(&mut tree, 1, raw(0x100));
+        assert_eq!(check(&tree, 1, &a).unwrap(), raw(0x100));
+        // Seeing it again (e.g. in `nodes()`) gives the same token.
+        assert_eq!(token(&mut tree, 1, raw(0x100)), a);
+    }
+
+    #[test]
+    fn a_node_of_another_graph_is_foreign() {
+        let mut tree = TreeState::default();
+        let a = fresh(&mut tree, 1, raw(0x100));
+        assert!(matches!(check(&tree, 2, &a), Err(Error::ForeignNode)));
+        let b = fresh(&mut tree, 2, raw(0x200));
+        assert!(matches!(
+            check_edge(&tree, 1, &a, &b),
+            Err(Error::ForeignNode)
+        ));
+    }
+
+    #[test]
+    fn a_destroyed_node_stays_destroyed_even_if_its_address_is_reused() {
+        let mut tree = TreeState::default();
+        let old = fresh(&mut tree, 1, raw(0x100));
+        forget(&mut tree, 1, &old);
+        assert!(matches!(check(&tree, 1, &old), Err(Error::DestroyedNode)));
+        let new = fresh(&mut tree, 1, raw(0x100));
+        assert_ne!(old, new);
+        assert!(check(&tree, 1, &new).is_ok());
+        assert!(matches!(check(&tree, 1, &old), Err(Error::DestroyedNode)));
+        let other = fresh(&mut tree, 1, raw(0x300));
+        assert!(matches!(
+            check_edge(&tree, 1, &old, &other),
+            Err(Error::DestroyedNode)
+        ));
+    }
+
+    #[test]
+    fn a_self_edge_is_refused() {
+        let mut tree = TreeState::default();
+        let a = fresh(&mut tree, 1, raw(0x100));
+        assert!(matches!(
+            check_edge(&tree, 1, &a, &a),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn destroying_a_conditional_node_kills_its_bodies() {
+        let mut tree = TreeState::default();
+        let c = fresh(&mut tree, 1, raw(0x100));
+        tree.bodies.insert((1, 0x100), vec![7, 8]);
+        forget(&mut tree, 1, &c);
+        assert!(tree.dead.contains(&7) && tree.dead.contains(&8));
+    }
+
+    #[test]
+    fn node_types_map_from_raw_values() {
+        assert_eq!(NodeType::from_raw(0), NodeType::Kernel);
+        assert_eq!(NodeType::from_raw(13), NodeType::Conditional);
+        assert_eq!(NodeType::from_raw(99), NodeType::Other(99));
+        assert_eq!(
+            NodeType::from_raw(sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE as u32),
+            NodeType::MemFree
+        );
+    }
+}

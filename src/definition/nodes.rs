@@ -1,0 +1,668 @@
+//! The `add_*` methods: one per node type, each after `deps`.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::node::{self, GraphNode};
+use super::GraphDefinition;
+use crate::builder::callback;
+use crate::builder::ChildGraph;
+use crate::driver::context::PrimaryContext;
+use crate::driver::drv;
+use crate::driver::graph::lock_two;
+use crate::driver::user_object::KeepAlive;
+use crate::error::{Error, Result};
+use crate::runtime::{
+    DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig,
+};
+use crate::HostCallback;
+
+/// The shape of a 2D memset ([`GraphDefinition::add_memset_2d`]), in elements of the buffer's
+/// type: `height` rows of `width` elements, each row starting `pitch` elements after the one
+/// before.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// // In a buffer of 4 rows of 16 elements, the first 10 of each row.
+/// let shape = Memset2d { width: 10, height: 4, pitch: 16 };
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memset2d {
+    /// Elements set in each row (at least 1).
+    pub width: usize,
+    /// Rows (at least 1).
+    pub height: usize,
+    /// Elements from the start of one row to the start of the next (at least `width`).
+    pub pitch: usize,
+}
+
+impl Memset2d {
+    /// Checks the shape against a buffer of `len` elements.
+    pub(crate) fn check(&self, len: usize) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.width == 0 || self.height == 0 {
+            return bad(format!(
+                "a memset of {} x {} elements sets nothing: width and height must be at least 1",
+                self.width, self.height
+            ));
+        }
+        if self.pitch < self.width {
+            return bad(format!(
+                "a memset pitch of {} elements is less than its width of {}",
+                self.pitch, self.width
+            ));
+        }
+        let end = (self.height - 1)
+            .checked_mul(self.pitch)
+            .and_then(|e| e.checked_add(self.width));
+        match end {
+            Some(end) if end <= len => Ok(()),
+            _ => bad(format!(
+                "a memset of {} rows of {} elements with a pitch of {} does not fit in a buffer of {len} elements",
+                self.height, self.width, self.pitch
+            )),
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Element types a memset node can set: the crate's primitive numbers. CUDA sets 1-, 2- or
+/// 4-byte elements; an 8-byte type is refused at run time with an [`Error::InvalidArgument`].
+pub trait MemsetValue: DeviceCopy + sealed::Sealed {
+    /// The value's bits, zero-extended.
+    #[doc(hidden)]
+    fn bits(self) -> u64;
+}
+
+macro_rules! memset_value {
+    ($($t:ty => |$v:ident| $bits:expr),* $(,)?) => { $(
+        impl sealed::Sealed for $t {}
+        impl MemsetValue for $t {
+            fn bits(self) -> u64 {
+                let $v = self;
+                $bits
+            }
+        }
+    )* };
+}
+memset_value!(
+    u8 => |v| v as u64, i8 => |v| v as u8 as u64,
+    u16 => |v| v as u64, i16 => |v| v as u16 as u64,
+    u32 => |v| v as u64, i32 => |v| v as u32 as u64, f32 => |v| v.to_bits() as u64,
+    u64 => |v| v, i64 => |v| v as u64, f64 => |v| v.to_bits(),
+);
+
+/// The element size and 32-bit value of a memset of `value`.
+pub(crate) fn memset_value<T: MemsetValue>(value: T) -> Result<(u32, u32)> {
+    let size = std::mem::size_of::<T>();
+    match size {
+        1 | 2 | 4 => Ok((size as u32, value.bits() as u32)),
+        _ => Err(Error::InvalidArgument(format!(
+            "a memset sets 1-, 2- or 4-byte elements, but `{}` is {size} bytes",
+            std::any::type_name::<T>()
+        ))),
+    }
+}
+
+/// Checks an allocation size.
+pub(crate) fn check_alloc_size(bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Err(Error::InvalidArgument(
+            "a memory allocation node cannot allocate 0 bytes".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Device memory allocated by a memory allocation node ([`GraphDefinition::add_mem_alloc`]).
+///
+/// The address is fixed when the node is added, but the memory exists **only while the graph
+/// runs**, from the allocation node until the free node that consumes this value
+/// ([`GraphDefinition::add_mem_free`]) — or, with no free node, until it is freed outside the
+/// graph or by the next launch with
+/// [`auto_free_on_launch`](crate::GraphCompleteOptions::auto_free_on_launch). Pass it to kernels
+/// that the graph orders between the two nodes (`&allocation` is a kernel argument: its device
+/// address); there is nothing to read from the host. Not `Clone`: the free node takes it, so it
+/// is freed once. `Send + Sync`.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(def: &GraphDefinition, fill: &Function) -> cuda_graph::Result<()> {
+/// let (alloc_node, scratch) = def.add_mem_alloc(&[], 1024 * 4)?;
+/// // SAFETY: fill takes (int*, int n, int v) and scratch holds 1024 ints while the graph runs.
+/// let use_it = unsafe {
+///     def.add_kernel(&[&alloc_node], fill, LaunchConfig::for_num_elems(1024), &KernelArgs::new().arg(&scratch).arg(1024i32).arg(7i32))?
+/// };
+/// def.add_mem_free(&[&use_it], scratch)?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct GraphAllocation {
+    ptr: u64,
+    bytes: usize,
+    node: GraphNode,
+}
+
+impl GraphAllocation {
+    /// The device address.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.bytes
+    }
+
+    /// The allocation node.
+    pub fn node(&self) -> GraphNode {
+        self.node
+    }
+}
+
+impl KernelArg for &GraphAllocation {
+    fn push_to(&self, args: &mut KernelArgs) {
+        args.push_value(self.ptr);
+    }
+}
+
+fn deps_ptr(deps: &[sys::CUgraphNode]) -> *const sys::CUgraphNode {
+    if deps.is_empty() {
+        std::ptr::null()
+    } else {
+        deps.as_ptr()
+    }
+}
+
+impl GraphDefinition {
+    /// Adds one node after `deps`: under the tree lock, checks the dependencies (and that the
+    /// nodes in `live` are live nodes of this graph), moves `keep` into the graph, then runs
+    /// `add(graph, deps, count, out)`.
+    fn add_node_with(
+        &self,
+        deps: &[&GraphNode],
+        live: &[&GraphNode],
+        keep: Option<KeepAlive>,
+        add: impl FnOnce(
+            sys::CUgraph,
+            *const sys::CUgraphNode,
+            usize,
+            &mut sys::CUgraphNode,
+        ) -> Result<()>,
+    ) -> Result<GraphNode> {
+        let mut locked = self.lock()?;
+        let graph = self.handle();
+        let raw_deps = node::check_all(&locked.tree, graph.id, deps)?;
+        node::check_all(&locked.tree, graph.id, live)?;
+        if let Some(keep) = keep {
+            self.keep(&locked, keep)?;
+        }
+        let mut out = std::ptr::null_mut();
+        add(graph.raw, deps_ptr(&raw_deps), raw_deps.len(), &mut out)?;
+        Ok(node::fresh(&mut locked.tree, graph.id, out))
+    }
+
+    fn same_device(&self, ctx: &Arc<PrimaryContext>, what: &str) -> Result<()> {
+        if ctx.device != self.handle().ctx.device {
+            return Err(Error::InvalidArgument(format!(
+                "the {what} lives on another device than the graph"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adds a kernel launch node (`cuGraphAddKernelNode`). The function's module and every
+    /// buffer in `args` stay alive with the graph and its execs.
+    ///
+    /// # Safety
+    /// As [`Stream::launch`](crate::Stream::launch): `args` must match the kernel's parameters in
+    /// number, order and type, and the kernel must stay in bounds of the memory it is given —
+    /// for a [`GraphAllocation`], only while the graph orders it between the allocation and its
+    /// free.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, add_one: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// // SAFETY: add_one takes one int*.
+    /// let k = unsafe { def.add_kernel(&[], add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn add_kernel(
+        &self,
+        deps: &[&GraphNode],
+        function: &Function,
+        config: LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<GraphNode> {
+        self.same_device(&function.module.ctx, "kernel's module")?;
+        let keep: KeepAlive = Box::new((function.module.clone(), args.keep.clone()));
+        let mut ptrs = args.pointers();
+        let params = sys::CUDA_KERNEL_NODE_PARAMS {
+            func: function.raw,
+            gridDimX: config.grid.0,
+            gridDimY: config.grid.1,
+            gridDimZ: config.grid.2,
+            blockDimX: config.block.0,
+            blockDimY: config.block.1,
+            blockDimZ: config.block.2,
+            sharedMemBytes: config.shared_mem_bytes,
+            kernelParams: if ptrs.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                ptrs.as_mut_ptr()
+            },
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: self.handle().ctx.raw,
+        };
+        self.add_node_with(deps, &[], Some(keep), |g, d, n, out| {
+            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` points at
+            // argument storage that outlives the call (the driver copies it); the caller promises
+            // the arguments match the kernel.
+            unsafe { drv!(cuGraphAddKernelNode_v2(out, g, d, n, &params)) }
+        })
+    }
+
+    /// Adds a memset node that sets every element of `buf` to `value` (`cuGraphAddMemsetNode`).
+    ///
+    /// Elements of 1, 2 or 4 bytes; an 8-byte element type is an [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, buf: &DeviceBuffer<u16>) -> cuda_graph::Result<()> {
+    /// let clear = def.add_memset(&[], buf, 0xffffu16)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_memset<T: MemsetValue>(
+        &self,
+        deps: &[&GraphNode],
+        buf: &DeviceBuffer<T>,
+        value: T,
+    ) -> Result<GraphNode> {
+        let len = buf.len();
+        self.add_memset_2d(
+            deps,
+            buf,
+            value,
+            Memset2d {
+                width: len,
+                height: 1,
+                pitch: len,
+            },
+        )
+    }
+
+    /// Adds a 2D memset node: `shape.height` rows of `shape.width` elements, `shape.pitch`
+    /// elements apart, all counted in elements of `T`. A shape that does not fit in `buf` is an
+    /// [`Error::InvalidArgument`], as is an 8-byte element type.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, image: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
+    /// // `image` is 480 rows of 640 bytes: clear a 100 x 50 rectangle at its top left.
+    /// def.add_memset_2d(&[], image, 0u8, Memset2d { width: 100, height: 50, pitch: 640 })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_memset_2d<T: MemsetValue>(
+        &self,
+        deps: &[&GraphNode],
+        buf: &DeviceBuffer<T>,
+        value: T,
+        shape: Memset2d,
+    ) -> Result<GraphNode> {
+        let (element_size, value) = memset_value(value)?;
+        shape.check(buf.len())?;
+        self.same_device(&buf.alloc.ctx, "buffer")?;
+        let params = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: buf.device_ptr(),
+            pitch: shape.pitch * element_size as usize,
+            value,
+            elementSize: element_size,
+            width: shape.width,
+            height: shape.height,
+        };
+        let ctx = self.handle().ctx.raw;
+        self.add_node_with(
+            deps,
+            &[],
+            Some(Box::new(buf.alloc.clone())),
+            |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the shape lies inside
+                // the buffer (checked), which the graph keeps alive.
+                unsafe { drv!(cuGraphAddMemsetNode(out, g, d, n, &params, ctx)) }
+            },
+        )
+    }
+
+    /// Adds a device-to-device copy of `src` into `dst` (`cuGraphAddMemcpyNode`). The lengths
+    /// must match.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, a: &DeviceBuffer<f32>, b: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// let copy = def.add_memcpy(&[], b, a)?; // b = a
+    /// # Ok(()) }
+    /// ```
+    pub fn add_memcpy<T: DeviceCopy>(
+        &self,
+        deps: &[&GraphNode],
+        dst: &DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+    ) -> Result<GraphNode> {
+        if dst.len() != src.len() {
+            return Err(Error::InvalidArgument(format!(
+                "a copy of {} elements into a buffer of {}",
+                src.len(),
+                dst.len()
+            )));
+        }
+        self.same_device(&dst.alloc.ctx, "destination buffer")?;
+        self.same_device(&src.alloc.ctx, "source buffer")?;
+        // SAFETY: a zeroed CUDA_MEMCPY3D is valid plain C data; the used fields are set below.
+        let mut copy: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+        copy.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        copy.srcDevice = src.device_ptr();
+        copy.srcPitch = src.byte_len();
+        copy.srcHeight = 1;
+        copy.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        copy.dstDevice = dst.device_ptr();
+        copy.dstPitch = dst.byte_len();
+        copy.dstHeight = 1;
+        copy.WidthInBytes = dst.byte_len();
+        copy.Height = 1;
+        copy.Depth = 1;
+        let keep: KeepAlive = Box::new((dst.alloc.clone(), src.alloc.clone()));
+        let ctx = self.handle().ctx.raw;
+        self.add_node_with(deps, &[], Some(keep), |g, d, n, out| {
+            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; both buffers hold
+            // `WidthInBytes` bytes and the graph keeps them alive.
+            unsafe { drv!(cuGraphAddMemcpyNode(out, g, d, n, &copy, ctx)) }
+        })
+    }
+
+    /// Adds an empty node (`cuGraphAddEmptyNode`): it does nothing but order `deps` before the
+    /// nodes that depend on it.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let start = def.add_empty(&[])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_empty(&self, deps: &[&GraphNode]) -> Result<GraphNode> {
+        self.add_node_with(deps, &[], None, |g, d, n, out| {
+            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it.
+            unsafe { drv!(cuGraphAddEmptyNode(out, g, d, n)) }
+        })
+    }
+
+    /// Adds an empty node after all of `nodes`: a fan-in point for what comes next.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, a: &GraphNode, b: &GraphNode) -> cuda_graph::Result<()> {
+    /// let both = def.join(&[a, b])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn join(&self, nodes: &[&GraphNode]) -> Result<GraphNode> {
+        self.add_empty(nodes)
+    }
+
+    /// Adds a node that records `event` (`cuGraphAddEventRecordNode`); the event stays alive with
+    /// the graph.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, event: &Event, k: &GraphNode) -> cuda_graph::Result<()> {
+    /// def.add_event_record(&[k], event)?; // others can `stream.wait(event)` for `k`
+    /// # Ok(()) }
+    /// ```
+    pub fn add_event_record(&self, deps: &[&GraphNode], event: &Event) -> Result<GraphNode> {
+        self.same_device(&event.handle.ctx, "event")?;
+        let raw = event.handle.raw;
+        self.add_node_with(
+            deps,
+            &[],
+            Some(Box::new(event.handle.clone())),
+            |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the graph keeps the
+                // event alive.
+                unsafe { drv!(cuGraphAddEventRecordNode(out, g, d, n, raw)) }
+            },
+        )
+    }
+
+    /// Adds a node that waits for `event` (`cuGraphAddEventWaitNode`): the nodes after it run
+    /// once the work recorded before the event's latest record has finished.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, event: &Event) -> cuda_graph::Result<()> {
+    /// let ready = def.add_event_wait(&[], event)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_event_wait(&self, deps: &[&GraphNode], event: &Event) -> Result<GraphNode> {
+        self.same_device(&event.handle.ctx, "event")?;
+        let raw = event.handle.raw;
+        self.add_node_with(
+            deps,
+            &[],
+            Some(Box::new(event.handle.clone())),
+            |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the graph keeps the
+                // event alive.
+                unsafe { drv!(cuGraphAddEventWaitNode(out, g, d, n, raw)) }
+            },
+        )
+    }
+
+    /// Adds a host node that runs `f` on a driver thread once per launch (`cuGraphAddHostNode`),
+    /// and returns it with an observer of the closure.
+    ///
+    /// As with [`GraphBuilder::callback`](crate::GraphBuilder::callback): `f` is kept alive with
+    /// the graph and its execs, must not call CUDA, and a panic in it is caught (the closure is
+    /// then not called again; [`HostCallback::panic_message`] reports it). Conditional bodies
+    /// cannot hold host nodes: the driver refuses them there.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let (_node, cb) = def.add_host_callback(&[], || println!("reached"))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_host_callback<F>(
+        &self,
+        deps: &[&GraphNode],
+        f: F,
+    ) -> Result<(GraphNode, HostCallback)>
+    where
+        F: FnMut() + Send + 'static,
+    {
+        let prepared = callback::prepare(f);
+        let params = sys::CUDA_HOST_NODE_PARAMS {
+            fn_: Some(prepared.func),
+            userData: prepared.user_data,
+        };
+        let node = self.add_node_with(deps, &[], Some(prepared.keep), |g, d, n, out| {
+            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `userData` stays valid
+            // while the graph holds the closure (moved in just before); the function never
+            // unwinds and never calls CUDA.
+            unsafe { drv!(cuGraphAddHostNode(out, g, d, n, &params)) }
+        })?;
+        Ok((node, prepared.observer))
+    }
+
+    /// Adds a child-graph node that runs a copy of `child` (`cuGraphAddChildGraphNode`): an ended
+    /// primary builder or another definition. Later changes to `child` do not affect this graph;
+    /// what `child`'s nodes use stays alive with this graph.
+    ///
+    /// A graph cannot be embedded into itself (or into one of its conditional bodies).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, step: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let first = def.add_child_graph(&[], step)?;
+    /// let second = def.add_child_graph(&[&first], step)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_child_graph(
+        &self,
+        deps: &[&GraphNode],
+        child: &impl ChildGraph,
+    ) -> Result<GraphNode> {
+        let child = child.finished_graph()?;
+        let graph = self.handle();
+        self.same_device(&child.ctx, "child graph")?;
+        if child.tree_id() == graph.tree_id() {
+            return Err(Error::InvalidArgument(
+                "a graph cannot be embedded into itself: embed a clone (`try_clone()`)".into(),
+            ));
+        }
+        graph.ctx.bind()?;
+        let (mut tree, _child_tree) = lock_two(graph, child);
+        super::check_usable(graph, &tree)?;
+        let raw_deps = node::check_all(&tree, graph.id, deps)?;
+        crate::driver::user_object::retain(graph.raw, Box::new(child.root()))?;
+        let mut out = std::ptr::null_mut();
+        // SAFETY: both graphs are live and their trees locked; `raw_deps` are checked nodes of
+        // `graph`; the driver copies `child`.
+        unsafe {
+            drv!(cuGraphAddChildGraphNode(
+                &mut out,
+                graph.raw,
+                deps_ptr(&raw_deps),
+                raw_deps.len(),
+                child.raw
+            ))
+        }?;
+        Ok(node::fresh(&mut tree, graph.id, out))
+    }
+
+    /// Adds a memory allocation node (`cuGraphAddMemAllocNode`) of `bytes` bytes of device
+    /// memory, and returns it with the [`GraphAllocation`]: pass that to the kernels that use the
+    /// memory, then to [`add_mem_free`](Self::add_mem_free). The memory is valid only while the
+    /// graph runs, between the two nodes. `bytes == 0` is an [`Error::InvalidArgument`].
+    ///
+    /// The driver restricts graphs with memory nodes (they cannot sit in conditional bodies, and
+    /// such a graph may have only one exec at a time).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let (alloc, scratch) = def.add_mem_alloc(&[], 1 << 20)?;
+    /// def.add_mem_free(&[&alloc], scratch)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_mem_alloc(
+        &self,
+        deps: &[&GraphNode],
+        bytes: usize,
+    ) -> Result<(GraphNode, GraphAllocation)> {
+        check_alloc_size(bytes)?;
+        let ctx = &self.handle().ctx;
+        // SAFETY: zeroed allocation parameters are valid plain C data; the used fields are set
+        // below (no access descriptors: the allocating device has access).
+        let mut params: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        params.poolProps.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        params.poolProps.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+        params.poolProps.location = sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ctx.device,
+        };
+        params.bytesize = bytes;
+        let node = self.add_node_with(deps, &[], None, |g, d, n, out| {
+            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
+            // initialised and the driver writes `dptr`.
+            unsafe { drv!(cuGraphAddMemAllocNode(out, g, d, n, &mut params)) }
+        })?;
+        Ok((
+            node,
+            GraphAllocation {
+                ptr: params.dptr,
+                bytes,
+                node,
+            },
+        ))
+    }
+
+    /// Adds a node that frees `allocation` (`cuGraphAddMemFreeNode`); it must run after every
+    /// node that uses the memory. The allocation must come from this graph, and its allocation
+    /// node must not have been destroyed.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, last_use: &GraphNode, scratch: GraphAllocation) -> cuda_graph::Result<()> {
+    /// def.add_mem_free(&[last_use], scratch)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_mem_free(
+        &self,
+        deps: &[&GraphNode],
+        allocation: GraphAllocation,
+    ) -> Result<GraphNode> {
+        let ptr = allocation.ptr;
+        let alloc_node = allocation.node;
+        self.add_node_with(deps, &[&alloc_node], None, |g, d, n, out| {
+            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by
+            // a live allocation node of this graph (checked with the dependencies).
+            unsafe { drv!(cuGraphAddMemFreeNode(out, g, d, n, ptr)) }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memset_values_of_1_2_and_4_bytes_are_accepted() {
+        assert_eq!(memset_value(0xabu8).unwrap(), (1, 0xab));
+        assert_eq!(memset_value(-1i8).unwrap(), (1, 0xff));
+        assert_eq!(memset_value(0xbeefu16).unwrap(), (2, 0xbeef));
+        assert_eq!(memset_value(-2i16).unwrap(), (2, 0xfffe));
+        assert_eq!(memset_value(7u32).unwrap(), (4, 7));
+        assert_eq!(memset_value(-1i32).unwrap(), (4, u32::MAX));
+        assert_eq!(memset_value(1.0f32).unwrap(), (4, 1.0f32.to_bits()));
+    }
+
+    #[test]
+    fn memset_values_of_8_bytes_are_an_error() {
+        for r in [memset_value(1u64), memset_value(1i64), memset_value(1.0f64)] {
+            match r {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains("8 bytes"), "{m}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn memset_2d_shapes_are_checked_against_the_buffer() {
+        let s = |width, height, pitch| Memset2d {
+            width,
+            height,
+            pitch,
+        };
+        assert!(s(10, 4, 16).check(64).is_ok());
+        assert!(s(16, 4, 16).check(64).is_ok());
+        // The last row need not be padded to the pitch.
+        assert!(s(10, 4, 16).check(58).is_ok());
+        assert!(s(10, 4, 16).check(57).is_err());
+        assert!(s(0, 4, 16).check(64).is_err());
+        assert!(s(10, 0, 16).check(64).is_err());
+        assert!(s(17, 4, 16).check(64).is_err());
+        assert!(s(1, usize::MAX, usize::MAX).check(64).is_err());
+    }
+
+    #[test]
+    fn zero_byte_allocations_are_an_error() {
+        assert!(matches!(
+            check_alloc_size(0),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(check_alloc_size(1).is_ok());
+    }
+}

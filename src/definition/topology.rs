@@ -1,0 +1,223 @@
+//! Inspecting and changing a definition's topology: nodes, edges, types, destroying nodes.
+
+use cudarc::driver::sys;
+
+use super::node::{self, GraphNode, NodeType};
+use super::GraphDefinition;
+use crate::driver::drv;
+use crate::error::{Error, Result};
+
+/// Calls the `_v2` (edge-data) form of a topology entry point with no edge data where the driver
+/// has it (12.3+), else the original form: `edges!(cuX_v2 / cuX (args..; count))`.
+macro_rules! edges {
+    ($v2:ident / $v1:ident ( $($a:expr),* ; $n:expr )) => {
+        match drv!($v2($($a,)* std::ptr::null_mut(), $n)) {
+            Err(Error::MissingEntryPoint { .. }) => drv!($v1($($a,)* $n)),
+            r => r,
+        }
+    };
+}
+
+/// A list the driver fills: asks for the count, then the entries (the tree is locked, so the
+/// count does not change in between).
+fn list(
+    mut fill: impl FnMut(*mut sys::CUgraphNode, *mut usize) -> Result<()>,
+) -> Result<Vec<sys::CUgraphNode>> {
+    let mut n = 0usize;
+    fill(std::ptr::null_mut(), &mut n)?;
+    let mut out = vec![std::ptr::null_mut(); n];
+    if n > 0 {
+        fill(out.as_mut_ptr(), &mut n)?;
+        out.truncate(n);
+    }
+    Ok(out)
+}
+
+impl GraphDefinition {
+    /// Every node of the graph (`cuGraphGetNodes`), including those a capture recorded.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// for n in def.nodes()? {
+    ///     println!("{:?}", def.node_type(&n)?);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn nodes(&self) -> Result<Vec<GraphNode>> {
+        let mut locked = self.lock()?;
+        let g = self.handle();
+        let raws = list(|p, n| {
+            // SAFETY: the graph is live and locked; `p` is null or has room for `*n` nodes.
+            unsafe { drv!(cuGraphGetNodes(g.raw, p, n)) }
+        })?;
+        Ok(raws
+            .into_iter()
+            .map(|r| node::token(&mut locked.tree, g.id, r))
+            .collect())
+    }
+
+    /// Every edge of the graph as `(from, to)`: `to` runs after `from` (`cuGraphGetEdges`).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let a = def.add_empty(&[])?;
+    /// let b = def.add_empty(&[&a])?;
+    /// assert_eq!(def.edges()?, [(a, b)]);
+    /// # Ok(()) }
+    /// ```
+    pub fn edges(&self) -> Result<Vec<(GraphNode, GraphNode)>> {
+        let mut locked = self.lock()?;
+        let g = self.handle();
+        let mut n = 0usize;
+        // SAFETY: the graph is live and locked; null arrays ask for the count.
+        unsafe {
+            edges!(cuGraphGetEdges_v2 / cuGraphGetEdges(g.raw, std::ptr::null_mut(), std::ptr::null_mut(); &mut n))
+        }?;
+        let mut from = vec![std::ptr::null_mut(); n];
+        let mut to = vec![std::ptr::null_mut(); n];
+        if n > 0 {
+            // SAFETY: both arrays have room for `n` nodes.
+            unsafe {
+                edges!(cuGraphGetEdges_v2 / cuGraphGetEdges(g.raw, from.as_mut_ptr(), to.as_mut_ptr(); &mut n))
+            }?;
+        }
+        from.truncate(n);
+        to.truncate(n);
+        Ok(from
+            .into_iter()
+            .zip(to)
+            .map(|(a, b)| {
+                (
+                    node::token(&mut locked.tree, g.id, a),
+                    node::token(&mut locked.tree, g.id, b),
+                )
+            })
+            .collect())
+    }
+
+    /// What `node` does (`cuGraphNodeGetType`).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let e = def.add_empty(&[])?;
+    /// assert_eq!(def.node_type(&e)?, NodeType::Empty);
+    /// # Ok(()) }
+    /// ```
+    pub fn node_type(&self, node: &GraphNode) -> Result<NodeType> {
+        let locked = self.lock()?;
+        let raw = node::check(&locked.tree, self.handle().id, node)?;
+        Ok(NodeType::from_raw(super::raw_node_type(raw)?))
+    }
+
+    /// The nodes `node` runs after (`cuGraphNodeGetDependencies`).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, a: &GraphNode, b: &GraphNode) -> cuda_graph::Result<()> {
+    /// let j = def.join(&[a, b])?;
+    /// assert_eq!(def.predecessors(&j)?.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn predecessors(&self, node: &GraphNode) -> Result<Vec<GraphNode>> {
+        let mut locked = self.lock()?;
+        let g = self.handle();
+        let raw = node::check(&locked.tree, g.id, node)?;
+        let raws = list(|p, n| {
+            // SAFETY: `raw` is a live node of the locked graph; `p` is null or has room for `*n`.
+            unsafe { edges!(cuGraphNodeGetDependencies_v2 / cuGraphNodeGetDependencies(raw, p; n)) }
+        })?;
+        Ok(raws
+            .into_iter()
+            .map(|r| node::token(&mut locked.tree, g.id, r))
+            .collect())
+    }
+
+    /// The nodes that run after `node` (`cuGraphNodeGetDependentNodes`).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, a: &GraphNode) -> cuda_graph::Result<()> {
+    /// let next = def.successors(a)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn successors(&self, node: &GraphNode) -> Result<Vec<GraphNode>> {
+        let mut locked = self.lock()?;
+        let g = self.handle();
+        let raw = node::check(&locked.tree, g.id, node)?;
+        let raws = list(|p, n| {
+            // SAFETY: `raw` is a live node of the locked graph; `p` is null or has room for `*n`.
+            unsafe {
+                edges!(cuGraphNodeGetDependentNodes_v2 / cuGraphNodeGetDependentNodes(raw, p; n))
+            }
+        })?;
+        Ok(raws
+            .into_iter()
+            .map(|r| node::token(&mut locked.tree, g.id, r))
+            .collect())
+    }
+
+    /// Adds an edge: `to` runs after `from` (`cuGraphAddDependencies`). Both must be live nodes
+    /// of this graph and different ([`Error::ForeignNode`], [`Error::DestroyedNode`],
+    /// [`Error::InvalidArgument`]); the driver refuses an edge that already exists.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let (a, b) = (def.add_empty(&[])?, def.add_empty(&[])?);
+    /// def.add_edge(&a, &b)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_edge(&self, from: &GraphNode, to: &GraphNode) -> Result<()> {
+        let locked = self.lock()?;
+        let g = self.handle();
+        let (a, b) = node::check_edge(&locked.tree, g.id, from, to)?;
+        // SAFETY: `a` and `b` are distinct live nodes of the locked graph; one edge, no data.
+        unsafe { edges!(cuGraphAddDependencies_v2 / cuGraphAddDependencies(g.raw, &a, &b; 1)) }
+    }
+
+    /// Removes the edge from `from` to `to` (`cuGraphRemoveDependencies`); the driver refuses an
+    /// edge that does not exist.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, a: &GraphNode, b: &GraphNode) -> cuda_graph::Result<()> {
+    /// def.remove_edge(a, b)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn remove_edge(&self, from: &GraphNode, to: &GraphNode) -> Result<()> {
+        let locked = self.lock()?;
+        let g = self.handle();
+        let (a, b) = node::check_edge(&locked.tree, g.id, from, to)?;
+        // SAFETY: `a` and `b` are distinct live nodes of the locked graph; one edge, no data.
+        unsafe {
+            edges!(cuGraphRemoveDependencies_v2 / cuGraphRemoveDependencies(g.raw, &a, &b; 1))
+        }
+    }
+
+    /// Destroys `node` and its edges (`cuGraphDestroyNode`). Its token, and every copy of it, is
+    /// dead from now on ([`Error::DestroyedNode`]). Destroying a conditional node frees its
+    /// bodies: their definitions then return errors. What the node used stays alive until the
+    /// graph goes (user objects belong to the graph, not to a node).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let e = def.add_empty(&[])?;
+    /// def.destroy_node(e)?;
+    /// assert!(def.node_type(&e).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn destroy_node(&self, node: GraphNode) -> Result<()> {
+        let mut locked = self.lock()?;
+        let g = self.handle();
+        let raw = node::check(&locked.tree, g.id, &node)?;
+        // SAFETY: `raw` is a live node of the locked graph; its token is forgotten right after,
+        // so it is never passed to the driver again.
+        unsafe { drv!(cuGraphDestroyNode(raw)) }?;
+        node::forget(&mut locked.tree, g.id, &node);
+        Ok(())
+    }
+}
