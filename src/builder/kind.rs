@@ -70,7 +70,8 @@ impl StandsAlone for Primary {}
 
 /// Kinds whose graph can be viewed as a definition in state `S`: [`Primary`] once `Ended`, and
 /// [`ConditionalBody`] in any state that is not capturing. (A `Capturing` state is ruled out by
-/// [`NotCapturing`](super::state::NotCapturing), with its own message.)
+/// [`NotCapturing`](super::state::NotCapturing), with its own message, so `Primary` implements
+/// this for `Capturing` too: then only that message shows.)
 #[diagnostic::on_unimplemented(
     message = "a `{Self}` builder that is `{S}` has no graph to view as a definition",
     label = "`graph_definition()` needs an ended `Primary` builder, or a `ConditionalBody` builder",
@@ -79,6 +80,5 @@ impl StandsAlone for Primary {}
 )]
 pub trait HasGraphDefinition<S: super::state::State>: Kind {}
 impl HasGraphDefinition<super::state::Ended> for Primary {}
-// Ruled out by `NotCapturing` (with a clearer message); implemented so only one error shows.
 impl<M: super::state::CaptureMode> HasGraphDefinition<super::state::Capturing<M>> for Primary {}
 impl<S: super::state::State> HasGraphDefinition<S> for ConditionalBody<'_> {}

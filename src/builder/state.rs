@@ -164,7 +164,8 @@ impl CaptureMode for Relaxed {
 #[diagnostic::on_unimplemented(
     message = "a builder that is `{Self}` cannot give a graph definition while it is capturing",
     label = "`graph_definition()` needs a builder that is not capturing",
-    note = "call `end_building()` first, then `graph_definition()` on the ended builder: the definition is a view of the finished graph"
+    note = "a `Primary` or `ConditionalBody` builder: call `end_building()` first, then `graph_definition()` on the ended builder (the definition is a view of the finished graph)",
+    note = "a `Forked` builder never ends on its own: join it (`parent.join(forks)`), end the parent, and call `graph_definition()` on the parent"
 )]
 pub trait NotCapturing: State {}
 impl NotCapturing for NotStarted {}
