@@ -7,6 +7,7 @@ mod support;
 
 mod builder;
 mod conditional;
+mod definition;
 mod fork;
 mod foundation;
 
@@ -40,6 +41,7 @@ fn main() {
         .chain(builder::TESTS)
         .chain(fork::TESTS)
         .chain(conditional::TESTS)
+        .chain(definition::TESTS)
     {
         tests.push(trial(name, *needs, *f));
     }

@@ -1,0 +1,1360 @@
+//! The explicit API: every node type, topology families, mutation, conditionals, hybrid bodies,
+//! update from a definition, and the lifetimes of everything a node uses.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cuda_graph::prelude::*;
+
+use crate::args;
+use crate::support::{eventually, one, Gpu, Needs, TestResult, KERNELS};
+
+const GPU: Needs = Needs::Gpu;
+const V12_3: Needs = Needs::Conditional(DriverVersion::V12_3);
+const V12_8: Needs = Needs::Conditional(DriverVersion::V12_8);
+
+pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    ("definition::kernel_node_runs", GPU, kernel_node_runs),
+    (
+        "definition::memset_nodes_of_1_2_and_4_byte_values",
+        GPU,
+        memset_nodes_of_1_2_and_4_byte_values,
+    ),
+    (
+        "definition::memset_2d_sets_only_the_rectangle",
+        GPU,
+        memset_2d_sets_only_the_rectangle,
+    ),
+    (
+        "definition::memcpy_node_copies_between_buffers",
+        GPU,
+        memcpy_node_copies_between_buffers,
+    ),
+    (
+        "definition::empty_node_orders_its_dependencies",
+        GPU,
+        empty_node_orders_its_dependencies,
+    ),
+    (
+        "definition::event_record_node_records_after_its_dependencies",
+        GPU,
+        event_record_node_records_after_its_dependencies,
+    ),
+    (
+        "definition::event_wait_node_waits_for_other_stream_work",
+        GPU,
+        event_wait_node_waits_for_other_stream_work,
+    ),
+    (
+        "definition::host_callback_node_runs_once_per_launch",
+        GPU,
+        host_callback_node_runs_once_per_launch,
+    ),
+    (
+        "definition::child_graph_nodes_embed_copies",
+        GPU,
+        child_graph_nodes_embed_copies,
+    ),
+    (
+        "definition::mem_alloc_and_free_nodes",
+        GPU,
+        mem_alloc_and_free_nodes,
+    ),
+    ("definition::topology_single", GPU, topology_single),
+    ("definition::topology_chain", GPU, topology_chain),
+    ("definition::topology_fan_out", GPU, topology_fan_out),
+    (
+        "definition::topology_fan_in_via_join",
+        GPU,
+        topology_fan_in_via_join,
+    ),
+    ("definition::topology_diamond", GPU, topology_diamond),
+    (
+        "definition::topology_disconnected",
+        GPU,
+        topology_disconnected,
+    ),
+    (
+        "definition::node_types_predecessors_and_successors",
+        GPU,
+        node_types_predecessors_and_successors,
+    ),
+    (
+        "definition::mutation_destroy_a_node",
+        GPU,
+        mutation_destroy_a_node,
+    ),
+    (
+        "definition::mutation_insert_a_node_into_a_chain",
+        GPU,
+        mutation_insert_a_node_into_a_chain,
+    ),
+    (
+        "definition::mutation_rewire_a_chain_into_a_fan_in",
+        GPU,
+        mutation_rewire_a_chain_into_a_fan_in,
+    ),
+    (
+        "definition::bad_nodes_and_edges_are_errors",
+        GPU,
+        bad_nodes_and_edges_are_errors,
+    ),
+    (
+        "definition::bad_node_arguments_are_errors",
+        GPU,
+        bad_node_arguments_are_errors,
+    ),
+    ("definition::if_node", V12_3, if_node),
+    ("definition::if_else_node", V12_8, if_else_node),
+    ("definition::while_node", V12_3, while_node),
+    ("definition::switch_node", V12_8, switch_node),
+    (
+        "definition::switch_with_zero_branches_is_an_error",
+        V12_8,
+        switch_with_zero_branches_is_an_error,
+    ),
+    (
+        "definition::foreign_conditional_handle_is_an_error",
+        V12_3,
+        foreign_conditional_handle_is_an_error,
+    ),
+    (
+        "definition::conditional_body_cannot_stand_alone",
+        V12_3,
+        conditional_body_cannot_stand_alone,
+    ),
+    (
+        "definition::destroyed_conditional_node_kills_its_bodies",
+        V12_3,
+        destroyed_conditional_node_kills_its_bodies,
+    ),
+    (
+        "definition::view_of_an_ended_builder_sees_and_extends_the_capture",
+        GPU,
+        view_of_an_ended_builder_sees_and_extends_the_capture,
+    ),
+    (
+        "definition::hybrid_body_captured_then_extended",
+        V12_3,
+        hybrid_body_captured_then_extended,
+    ),
+    (
+        "definition::hybrid_body_never_captured",
+        V12_3,
+        hybrid_body_never_captured,
+    ),
+    (
+        "definition::body_definition_refused_while_the_body_captures",
+        V12_3,
+        body_definition_refused_while_the_body_captures,
+    ),
+    (
+        "definition::update_an_exec_from_a_definition",
+        GPU,
+        update_an_exec_from_a_definition,
+    ),
+    (
+        "definition::failed_update_from_a_definition_adopts_nothing",
+        GPU,
+        failed_update_from_a_definition_adopts_nothing,
+    ),
+    (
+        "definition::embed_a_definition_in_a_capture",
+        GPU,
+        embed_a_definition_in_a_capture,
+    ),
+    (
+        "definition::clone_is_independent_and_keeps_operands_alive",
+        GPU,
+        clone_is_independent_and_keeps_operands_alive,
+    ),
+    (
+        "definition::exec_runs_after_definition_and_operands_are_dropped",
+        GPU,
+        exec_runs_after_definition_and_operands_are_dropped,
+    ),
+    (
+        "definition::operands_released_after_last_definition_and_exec",
+        GPU,
+        operands_released_after_last_definition_and_exec,
+    ),
+    (
+        "definition::nothing_released_while_a_launch_runs",
+        GPU,
+        nothing_released_while_a_launch_runs,
+    ),
+    (
+        "definition::body_operands_live_as_long_as_the_exec",
+        V12_3,
+        body_operands_live_as_long_as_the_exec,
+    ),
+    (
+        "definition::concurrent_additions_from_threads",
+        GPU,
+        concurrent_additions_from_threads,
+    ),
+    (
+        "definition::dot_print_of_a_definition",
+        GPU,
+        dot_print_of_a_definition,
+    ),
+];
+
+/// A kernel node; each call site names the kernel's parameters it matches.
+fn k(
+    def: &GraphDefinition,
+    deps: &[&GraphNode],
+    f: &Function,
+    config: LaunchConfig,
+    args: KernelArgs,
+) -> cuda_graph::Result<GraphNode> {
+    // SAFETY: every caller passes arguments matching the kernel's parameters and in-bounds
+    // buffers (see the comment at each call).
+    unsafe { def.add_kernel(deps, f, config, &args) }
+}
+
+fn launch(gpu: &Gpu, g: &Graph) -> TestResult {
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    Ok(())
+}
+
+fn run(gpu: &Gpu, def: &GraphDefinition) -> TestResult {
+    launch(gpu, &def.instantiate(&GraphCompleteOptions::default())?)
+}
+
+/// Holds `cond` false for a while: for "not released yet" checks (releases are asynchronous).
+fn stays(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..20 {
+        if !cond() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+fn counts(def: &GraphDefinition) -> cuda_graph::Result<(usize, usize)> {
+    Ok((def.nodes()?.len(), def.edges()?.len()))
+}
+
+// ---- every node type -------------------------------------------------------------------------
+
+fn kernel_node_runs(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // affine(int*, int, int)
+    let n = k(&def, &[], &gpu.f("affine"), one(), args![&buf, 1i32, 5i32])?;
+    assert_eq!(def.node_type(&n)?, NodeType::Kernel);
+    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    launch(gpu, &g)?;
+    launch(gpu, &g)?;
+    assert_eq!(buf.to_vec()?, [10]);
+    Ok(())
+}
+
+fn memset_nodes_of_1_2_and_4_byte_values(gpu: &Gpu) -> TestResult {
+    let b8 = gpu.device.alloc_zeroed::<u8>(5)?;
+    let b16 = gpu.device.alloc_zeroed::<u16>(3)?;
+    let b32 = gpu.device.alloc_zeroed::<u32>(3)?;
+    let bi = gpu.device.alloc_zeroed::<i32>(2)?;
+    let bf = gpu.device.alloc_zeroed::<f32>(2)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let m = def.add_memset(&[], &b8, 0xabu8)?;
+    def.add_memset(&[], &b16, 0xbeefu16)?;
+    def.add_memset(&[], &b32, 0xdead_beefu32)?;
+    def.add_memset(&[], &bi, -7i32)?;
+    def.add_memset(&[], &bf, 1.5f32)?;
+    assert_eq!(def.node_type(&m)?, NodeType::Memset);
+    assert_eq!(counts(&def)?, (5, 0));
+    run(gpu, &def)?;
+    assert_eq!(b8.to_vec()?, [0xab; 5]);
+    assert_eq!(b16.to_vec()?, [0xbeef; 3]);
+    assert_eq!(b32.to_vec()?, [0xdead_beef; 3]);
+    assert_eq!(bi.to_vec()?, [-7, -7]);
+    assert_eq!(bf.to_vec()?, [1.5, 1.5]);
+    Ok(())
+}
+
+fn memset_2d_sets_only_the_rectangle(gpu: &Gpu) -> TestResult {
+    // 4 rows of pitch 8; set 3 elements in each of the first 2 rows.
+    let buf = gpu.device.alloc_zeroed::<u16>(32)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let shape = Memset2d {
+        width: 3,
+        height: 2,
+        pitch: 8,
+    };
+    def.add_memset_2d(&[], &buf, 9u16, shape)?;
+    run(gpu, &def)?;
+    let got = buf.to_vec()?;
+    for (i, v) in got.iter().enumerate() {
+        let inside = i / 8 < 2 && i % 8 < 3;
+        assert_eq!(*v, if inside { 9 } else { 0 }, "element {i}: {got:?}");
+    }
+    Ok(())
+}
+
+fn memcpy_node_copies_between_buffers(gpu: &Gpu) -> TestResult {
+    let src = gpu.device.htod(&[1i32, 2, 3, 4])?;
+    let dst = gpu.device.alloc_zeroed::<i32>(4)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let c = def.add_memcpy(&[], &dst, &src)?;
+    assert_eq!(def.node_type(&c)?, NodeType::Memcpy);
+    run(gpu, &def)?;
+    assert_eq!(dst.to_vec()?, [1, 2, 3, 4]);
+    Ok(())
+}
+
+fn empty_node_orders_its_dependencies(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // affine(int*, int, int): +1, then (only through the empty node) *10.
+    let plus = k(&def, &[], &affine, one(), args![&buf, 1i32, 1i32])?;
+    let e = def.add_empty(&[&plus])?;
+    let times = k(&def, &[&e], &affine, one(), args![&buf, 10i32, 0i32])?;
+    assert_eq!(def.node_type(&e)?, NodeType::Empty);
+    let mut edges = def.edges()?;
+    edges.sort_by_key(|(from, _)| *from != plus);
+    assert_eq!(edges, [(plus, e), (e, times)]);
+    run(gpu, &def)?;
+    assert_eq!(
+        buf.to_vec()?,
+        [10],
+        "(0 + 1) * 10: the kernel after the empty node ran last"
+    );
+    Ok(())
+}
+
+fn event_record_node_records_after_its_dependencies(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let event = gpu.device.create_event()?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // spin(unsigned long long ns), fill(int*, int n, int v)
+    let s = k(&def, &[], &gpu.f("spin"), one(), args![200_000_000u64])?;
+    let f = k(&def, &[&s], &gpu.f("fill"), one(), args![&buf, 1i32, 7i32])?;
+    let r = def.add_event_record(&[&f], &event)?;
+    assert_eq!(def.node_type(&r)?, NodeType::EventRecord);
+    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let stream = gpu.stream();
+    g.launch(&stream)?;
+    // The event completes only once the fill has run (200 ms in).
+    event.synchronize()?;
+    assert_eq!(buf.to_vec()?, [7], "the event was recorded after the fill");
+    stream.synchronize()?;
+    Ok(())
+}
+
+fn event_wait_node_waits_for_other_stream_work(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let event = gpu.device.create_event()?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let w = def.add_event_wait(&[], &event)?;
+    // affine(int*, int, int): doubles what the other stream wrote.
+    k(
+        &def,
+        &[&w],
+        &gpu.f("affine"),
+        one(),
+        args![&buf, 2i32, 0i32],
+    )?;
+    assert_eq!(def.node_type(&w)?, NodeType::EventWait);
+    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let (s1, s2) = (gpu.stream(), gpu.stream());
+    // SAFETY: spin(unsigned long long), fill(int*, int, int) with one element.
+    unsafe {
+        s1.launch(&gpu.f("spin"), one(), &args![200_000_000u64])?;
+        s1.launch(&gpu.f("fill"), one(), &args![&buf, 1i32, 7i32])?;
+    }
+    s1.record(&event)?;
+    g.launch(&s2)?;
+    s2.synchronize()?;
+    s1.synchronize()?;
+    assert_eq!(
+        buf.to_vec()?,
+        [14],
+        "the graph's kernel ran after the fill on the other stream"
+    );
+    Ok(())
+}
+
+fn host_callback_node_runs_once_per_launch(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let calls = Arc::new(AtomicU32::new(0));
+    let seen = calls.clone();
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    let a = k(&def, &[], &gpu.f("add_one"), one(), args![&buf])?;
+    let (h, cb) = def.add_host_callback(&[&a], move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+    })?;
+    assert_eq!(def.node_type(&h)?, NodeType::Host);
+    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    launch(gpu, &g)?;
+    launch(gpu, &g)?;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(cb.calls(), Some(2));
+    cb.check()?;
+    assert_eq!(buf.to_vec()?, [2]);
+    Ok(())
+}
+
+fn child_graph_nodes_embed_copies(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    // A captured child (+1) and an explicit child (*10).
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: affine(int*, int, int).
+    unsafe { b.launch(&affine, one(), &args![&buf, 1i32, 1i32])? };
+    let captured = b.end_building()?;
+    let explicit = GraphDefinition::new(&gpu.device)?;
+    k(&explicit, &[], &affine, one(), args![&buf, 10i32, 0i32])?;
+    let outer = GraphDefinition::new(&gpu.device)?;
+    let c1 = outer.add_child_graph(&[], &captured)?;
+    outer.add_child_graph(&[&c1], &explicit)?;
+    assert_eq!(outer.node_type(&c1)?, NodeType::Child);
+    // The child is a copy: changing `explicit` afterwards does not change `outer`.
+    k(&explicit, &[], &affine, one(), args![&buf, 1i32, 100i32])?;
+    run(gpu, &outer)?;
+    assert_eq!(buf.to_vec()?, [10], "(0 + 1) * 10, without the later +100");
+    // Embedding a graph into itself is refused.
+    assert!(matches!(
+        outer.add_child_graph(&[], &outer),
+        Err(Error::InvalidArgument(_))
+    ));
+    Ok(())
+}
+
+fn mem_alloc_and_free_nodes(gpu: &Gpu) -> TestResult {
+    const N: i32 = 1000;
+    let out = gpu.device.alloc_zeroed::<i32>(N as usize)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (a, scratch) = def.add_mem_alloc(&[], N as usize * 4)?;
+    assert_eq!(scratch.byte_len(), N as usize * 4);
+    assert_ne!(scratch.device_ptr(), 0);
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    // fill(int*, int, int) and copy_i32(const int*, int*, int) over N ints of `scratch`, which
+    // exists between the allocation and the free.
+    let f = k(&def, &[&a], &gpu.f("fill"), cfg, args![&scratch, N, 5i32])?;
+    let c = k(
+        &def,
+        &[&f],
+        &gpu.f("copy_i32"),
+        cfg,
+        args![&scratch, &out, N],
+    )?;
+    let free = def.add_mem_free(&[&c], scratch)?;
+    assert_eq!(def.node_type(&a)?, NodeType::MemAlloc);
+    assert_eq!(def.node_type(&free)?, NodeType::MemFree);
+    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    launch(gpu, &g)?;
+    launch(gpu, &g)?; // freed inside the graph, so it can run again
+    assert_eq!(out.to_vec()?, vec![5; N as usize]);
+    Ok(())
+}
+
+// ---- topology families ----------------------------------------------------------------------
+
+fn topology_single(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // affine(int*, int, int)
+    k(&def, &[], &gpu.f("affine"), one(), args![&buf, 1i32, 3i32])?;
+    assert_eq!(counts(&def)?, (1, 0));
+    run(gpu, &def)?;
+    assert_eq!(buf.to_vec()?, [3]);
+    Ok(())
+}
+
+fn topology_chain(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // affine(int*, int, int): +1, *10, +2 in that order.
+    let a = k(&def, &[], &affine, one(), args![&buf, 1i32, 1i32])?;
+    let b = k(&def, &[&a], &affine, one(), args![&buf, 10i32, 0i32])?;
+    k(&def, &[&b], &affine, one(), args![&buf, 1i32, 2i32])?;
+    assert_eq!(counts(&def)?, (3, 2));
+    run(gpu, &def)?;
+    assert_eq!(buf.to_vec()?, [12]);
+    Ok(())
+}
+
+fn topology_fan_out(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(4)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // fill(int*, 4, 1), then add_one_at(int*, i) for i in 1..=3, each after the fill.
+    let root = k(&def, &[], &gpu.f("fill"), one(), args![&buf, 4i32, 1i32])?;
+    for i in 1..=3i32 {
+        k(&def, &[&root], &gpu.f("add_one_at"), one(), args![&buf, i])?;
+    }
+    assert_eq!(counts(&def)?, (4, 3));
+    assert_eq!(def.successors(&root)?.len(), 3);
+    run(gpu, &def)?;
+    assert_eq!(buf.to_vec()?, [1, 2, 2, 2]);
+    Ok(())
+}
+
+fn topology_fan_in_via_join(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(3)?;
+    let out = gpu.device.alloc_zeroed::<i32>(3)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one_at(int*, i) for i < 3, joined, then copy_i32(const int*, int*, 3).
+    let roots = (0..3i32)
+        .map(|i| k(&def, &[], &gpu.f("add_one_at"), one(), args![&buf, i]))
+        .collect::<cuda_graph::Result<Vec<_>>>()?;
+    let j = def.join(&roots.iter().collect::<Vec<_>>())?;
+    k(
+        &def,
+        &[&j],
+        &gpu.f("copy_i32"),
+        one(),
+        args![&buf, &out, 3i32],
+    )?;
+    assert_eq!(counts(&def)?, (5, 4));
+    assert_eq!(def.predecessors(&j)?.len(), 3);
+    run(gpu, &def)?;
+    assert_eq!(out.to_vec()?, [1, 1, 1], "the copy ran after all three");
+    Ok(())
+}
+
+fn topology_diamond(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(2)?;
+    let out = gpu.device.alloc_zeroed::<i32>(2)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // fill(int*, 2, 1); add_one_at(int*, 0) and (int*, 1); copy_i32(const int*, int*, 2).
+    let top = k(&def, &[], &gpu.f("fill"), one(), args![&buf, 2i32, 1i32])?;
+    let left = k(
+        &def,
+        &[&top],
+        &gpu.f("add_one_at"),
+        one(),
+        args![&buf, 0i32],
+    )?;
+    let right = k(
+        &def,
+        &[&top],
+        &gpu.f("add_one_at"),
+        one(),
+        args![&buf, 1i32],
+    )?;
+    let bottom = k(
+        &def,
+        &[&left, &right],
+        &gpu.f("copy_i32"),
+        one(),
+        args![&buf, &out, 2i32],
+    )?;
+    assert_eq!(counts(&def)?, (4, 4));
+    assert_eq!(def.predecessors(&bottom)?.len(), 2);
+    run(gpu, &def)?;
+    assert_eq!(out.to_vec()?, [2, 2]);
+    Ok(())
+}
+
+fn topology_disconnected(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let (a, b) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let def = GraphDefinition::new(&gpu.device)?;
+    // Two independent chains of affine(int*, int, int).
+    let a1 = k(&def, &[], &affine, one(), args![&a, 1i32, 1i32])?;
+    k(&def, &[&a1], &affine, one(), args![&a, 10i32, 0i32])?;
+    let b1 = k(&def, &[], &affine, one(), args![&b, 1i32, 2i32])?;
+    k(&def, &[&b1], &affine, one(), args![&b, 3i32, 0i32])?;
+    assert_eq!(counts(&def)?, (4, 2));
+    assert!(def.predecessors(&a1)?.is_empty() && def.predecessors(&b1)?.is_empty());
+    run(gpu, &def)?;
+    assert_eq!((a.to_vec()?, b.to_vec()?), (vec![10], vec![6]));
+    Ok(())
+}
+
+fn node_types_predecessors_and_successors(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(4)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let m = def.add_memset(&[], &buf, 0i32)?;
+    // add_one(int*)
+    let kn = k(&def, &[&m], &gpu.f("add_one"), one(), args![&buf])?;
+    let e = def.add_empty(&[&m, &kn])?;
+    assert_eq!(def.predecessors(&e)?.len(), 2);
+    assert_eq!(def.successors(&m)?.len(), 2);
+    assert_eq!(def.successors(&e)?, []);
+    assert_eq!(def.predecessors(&kn)?, [m]);
+    let mut types: Vec<_> = def
+        .nodes()?
+        .iter()
+        .map(|n| def.node_type(n))
+        .collect::<cuda_graph::Result<_>>()?;
+    types.sort_by_key(|t| format!("{t:?}"));
+    assert_eq!(types, [NodeType::Empty, NodeType::Kernel, NodeType::Memset]);
+    // Listing returns the same tokens the `add_*` calls did.
+    let listed = def.nodes()?;
+    assert!(listed.contains(&m) && listed.contains(&kn) && listed.contains(&e));
+    Ok(())
+}
+
+// ---- mutation -------------------------------------------------------------------------------
+
+fn mutation_destroy_a_node(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // affine(int*, int, int): +1 -> *10 -> +2
+    let a = k(&def, &[], &affine, one(), args![&buf, 1i32, 1i32])?;
+    let b = k(&def, &[&a], &affine, one(), args![&buf, 10i32, 0i32])?;
+    let c = k(&def, &[&b], &affine, one(), args![&buf, 1i32, 2i32])?;
+    def.destroy_node(b)?;
+    assert_eq!(
+        counts(&def)?,
+        (2, 0),
+        "the node and both its edges are gone"
+    );
+    assert!(matches!(def.node_type(&b), Err(Error::DestroyedNode)));
+    def.add_edge(&a, &c)?;
+    assert_eq!(def.edges()?, [(a, c)]);
+    run(gpu, &def)?;
+    assert_eq!(buf.to_vec()?, [3], "0 + 1 + 2 without the *10");
+    Ok(())
+}
+
+fn mutation_insert_a_node_into_a_chain(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // affine(int*, int, int): +1 -> +2, then *10 inserted between them.
+    let a = k(&def, &[], &affine, one(), args![&buf, 1i32, 1i32])?;
+    let c = k(&def, &[&a], &affine, one(), args![&buf, 1i32, 2i32])?;
+    let b = k(&def, &[&a], &affine, one(), args![&buf, 10i32, 0i32])?;
+    def.remove_edge(&a, &c)?;
+    def.add_edge(&b, &c)?;
+    assert_eq!(counts(&def)?, (3, 2));
+    assert_eq!(def.predecessors(&c)?, [b]);
+    assert_eq!(def.successors(&a)?, [b]);
+    run(gpu, &def)?;
+    assert_eq!(buf.to_vec()?, [12], "(0 + 1) * 10 + 2");
+    Ok(())
+}
+
+fn mutation_rewire_a_chain_into_a_fan_in(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(3)?;
+    let out = gpu.device.alloc_zeroed::<i32>(3)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one_at(int*, i) for i < 3 in a chain, then copy_i32(const int*, int*, 3).
+    let n0 = k(&def, &[], &gpu.f("add_one_at"), one(), args![&buf, 0i32])?;
+    let n1 = k(&def, &[&n0], &gpu.f("add_one_at"), one(), args![&buf, 1i32])?;
+    let n2 = k(&def, &[&n1], &gpu.f("add_one_at"), one(), args![&buf, 2i32])?;
+    let sink = k(
+        &def,
+        &[&n2],
+        &gpu.f("copy_i32"),
+        one(),
+        args![&buf, &out, 3i32],
+    )?;
+    assert_eq!(counts(&def)?, (4, 3));
+    def.remove_edge(&n0, &n1)?;
+    def.remove_edge(&n1, &n2)?;
+    def.add_edge(&n0, &sink)?;
+    def.add_edge(&n1, &sink)?;
+    assert_eq!(counts(&def)?, (4, 3));
+    assert_eq!(def.predecessors(&sink)?.len(), 3);
+    for n in [n0, n1, n2] {
+        assert!(def.predecessors(&n)?.is_empty());
+    }
+    run(gpu, &def)?;
+    assert_eq!(out.to_vec()?, [1, 1, 1]);
+    Ok(())
+}
+
+fn bad_nodes_and_edges_are_errors(gpu: &Gpu) -> TestResult {
+    let a_def = GraphDefinition::new(&gpu.device)?;
+    let b_def = GraphDefinition::new(&gpu.device)?;
+    let a = a_def.add_empty(&[])?;
+    let a2 = a_def.add_empty(&[])?;
+    let b = b_def.add_empty(&[])?;
+    assert!(
+        matches!(a_def.add_edge(&a, &b), Err(Error::ForeignNode)),
+        "edge between two graphs"
+    );
+    assert!(matches!(a_def.add_empty(&[&b]), Err(Error::ForeignNode)));
+    assert!(matches!(a_def.node_type(&b), Err(Error::ForeignNode)));
+    assert!(
+        matches!(a_def.add_edge(&a, &a), Err(Error::InvalidArgument(_))),
+        "self edge"
+    );
+    a_def.destroy_node(a2)?;
+    assert!(
+        matches!(a_def.add_edge(&a, &a2), Err(Error::DestroyedNode)),
+        "edge to a destroyed node"
+    );
+    assert!(matches!(a_def.destroy_node(a2), Err(Error::DestroyedNode)));
+    assert!(matches!(a_def.successors(&a2), Err(Error::DestroyedNode)));
+    // A new node may reuse the destroyed one's address; the old token stays dead.
+    let fresh = a_def.add_empty(&[])?;
+    assert!(matches!(a_def.node_type(&a2), Err(Error::DestroyedNode)));
+    a_def.add_edge(&a, &fresh)?;
+    assert!(
+        a_def.add_edge(&a, &fresh).is_err(),
+        "the driver refuses a duplicate edge"
+    );
+    // Tokens of the original are foreign to a clone.
+    let clone = a_def.try_clone()?;
+    assert!(matches!(clone.node_type(&a), Err(Error::ForeignNode)));
+    assert_eq!(counts(&clone)?, counts(&a_def)?);
+    Ok(())
+}
+
+fn bad_node_arguments_are_errors(gpu: &Gpu) -> TestResult {
+    let def = GraphDefinition::new(&gpu.device)?;
+    let wide = gpu.device.alloc_zeroed::<u64>(4)?;
+    assert!(matches!(
+        def.add_memset(&[], &wide, 1u64),
+        Err(Error::InvalidArgument(_))
+    ));
+    let wide_f = gpu.device.alloc_zeroed::<f64>(4)?;
+    assert!(matches!(
+        def.add_memset(&[], &wide_f, 1.0),
+        Err(Error::InvalidArgument(_))
+    ));
+    let small = gpu.device.alloc_zeroed::<u8>(16)?;
+    let too_big = Memset2d {
+        width: 4,
+        height: 5,
+        pitch: 4,
+    };
+    assert!(matches!(
+        def.add_memset_2d(&[], &small, 0u8, too_big),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        def.add_mem_alloc(&[], 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    let other = gpu.device.alloc_zeroed::<u8>(8)?;
+    assert!(matches!(
+        def.add_memcpy(&[], &small, &other),
+        Err(Error::InvalidArgument(_))
+    ));
+    let elsewhere = GraphDefinition::new(&gpu.device)?;
+    let (_n, foreign_alloc) = elsewhere.add_mem_alloc(&[], 64)?;
+    assert!(matches!(
+        def.add_mem_free(&[], foreign_alloc),
+        Err(Error::ForeignNode)
+    ));
+    assert_eq!(counts(&def)?, (0, 0), "no failed call left a node behind");
+    Ok(())
+}
+
+// ---- conditional nodes ------------------------------------------------------------------------
+
+fn if_node(gpu: &Gpu) -> TestResult {
+    for (value, expect) in [(0u32, 0), (1, 1), (5, 1)] {
+        let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+        let def = GraphDefinition::new(&gpu.device)?;
+        let h = def.create_conditional_handle(None)?;
+        // set_condition(handle, unsigned), add_one(int*)
+        let set = k(&def, &[], &gpu.f("set_condition"), one(), args![h, value])?;
+        let (node, body) = def.add_if(&[&set], &h)?;
+        assert_eq!(def.node_type(&node)?, NodeType::Conditional);
+        assert!(body.is_conditional_body());
+        k(&body, &[], &gpu.f("add_one"), one(), args![&buf])?;
+        assert_eq!(counts(&def)?, (2, 1));
+        assert_eq!(counts(&body)?, (1, 0));
+        run(gpu, &def)?;
+        assert_eq!(buf.to_vec()?, [expect], "condition {value}");
+    }
+    Ok(())
+}
+
+fn if_else_node(gpu: &Gpu) -> TestResult {
+    for (value, expect) in [(1u32, [1, 0]), (0, [0, 1])] {
+        let buf = gpu.device.alloc_zeroed::<i32>(2)?;
+        let def = GraphDefinition::new(&gpu.device)?;
+        let h = def.create_conditional_handle(None)?;
+        // set_condition(handle, unsigned), add_one_at(int*, int) with i < 2
+        let set = k(&def, &[], &gpu.f("set_condition"), one(), args![h, value])?;
+        let (_n, then_body, else_body) = def.add_if_else(&[&set], &h)?;
+        k(
+            &then_body,
+            &[],
+            &gpu.f("add_one_at"),
+            one(),
+            args![&buf, 0i32],
+        )?;
+        k(
+            &else_body,
+            &[],
+            &gpu.f("add_one_at"),
+            one(),
+            args![&buf, 1i32],
+        )?;
+        run(gpu, &def)?;
+        assert_eq!(buf.to_vec()?, expect, "condition {value}");
+    }
+    Ok(())
+}
+
+fn while_node(gpu: &Gpu) -> TestResult {
+    for count in [1, 5, 37] {
+        let counter = gpu.device.htod(&[count])?;
+        let iterations = gpu.device.alloc_zeroed::<i32>(1)?;
+        let def = GraphDefinition::new(&gpu.device)?;
+        let h = def.create_conditional_handle(Some(1))?;
+        let (_n, body) = def.add_while(&[], &h)?;
+        // countdown(handle, int*, int*)
+        k(
+            &body,
+            &[],
+            &gpu.f("countdown"),
+            one(),
+            args![h, &counter, &iterations],
+        )?;
+        run(gpu, &def)?;
+        assert_eq!(iterations.to_vec()?, [count]);
+        assert_eq!(counter.to_vec()?, [0]);
+    }
+    Ok(())
+}
+
+fn switch_node(gpu: &Gpu) -> TestResult {
+    for (value, expect) in [
+        (0u32, [1, 0, 0]),
+        (1, [0, 1, 0]),
+        (2, [0, 0, 1]),
+        (3, [0, 0, 0]),
+    ] {
+        let buf = gpu.device.alloc_zeroed::<i32>(3)?;
+        let def = GraphDefinition::new(&gpu.device)?;
+        let h = def.create_conditional_handle(None)?;
+        // set_condition(handle, unsigned), add_one_at(int*, int) with i < 3
+        let set = k(&def, &[], &gpu.f("set_condition"), one(), args![h, value])?;
+        let (_n, cases) = def.add_switch(&[&set], &h, 3)?;
+        assert_eq!(cases.len(), 3);
+        for (i, case) in cases.iter().enumerate() {
+            k(
+                case,
+                &[],
+                &gpu.f("add_one_at"),
+                one(),
+                args![&buf, i as i32],
+            )?;
+        }
+        run(gpu, &def)?;
+        assert_eq!(buf.to_vec()?, expect, "switch value {value}");
+    }
+    Ok(())
+}
+
+fn switch_with_zero_branches_is_an_error(gpu: &Gpu) -> TestResult {
+    let def = GraphDefinition::new(&gpu.device)?;
+    let h = def.create_conditional_handle(Some(0))?;
+    assert!(matches!(
+        def.add_switch(&[], &h, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(counts(&def)?, (0, 0));
+    Ok(())
+}
+
+fn foreign_conditional_handle_is_an_error(gpu: &Gpu) -> TestResult {
+    let a = GraphDefinition::new(&gpu.device)?;
+    let b = GraphDefinition::new(&gpu.device)?;
+    let ha = a.create_conditional_handle(Some(1))?;
+    assert!(matches!(
+        b.add_if(&[], &ha),
+        Err(Error::ForeignConditionalHandle)
+    ));
+    // A body's conditionals need a handle of the body's own graph.
+    let (_n, body) = a.add_if(&[], &ha)?;
+    assert!(matches!(
+        body.add_while(&[], &ha),
+        Err(Error::ForeignConditionalHandle)
+    ));
+    let inner = body.create_conditional_handle(Some(0))?;
+    body.add_while(&[], &inner)?;
+    // A builder's handle is foreign to a definition.
+    let capturing = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let hb = capturing.create_conditional_handle(Some(1))?;
+    assert!(matches!(
+        a.add_if(&[], &hb),
+        Err(Error::ForeignConditionalHandle)
+    ));
+    drop(capturing);
+    Ok(())
+}
+
+fn conditional_body_cannot_stand_alone(gpu: &Gpu) -> TestResult {
+    let def = GraphDefinition::new(&gpu.device)?;
+    let h = def.create_conditional_handle(Some(1))?;
+    let (_n, body) = def.add_if(&[], &h)?;
+    body.add_empty(&[])?;
+    assert!(matches!(
+        body.instantiate(&Default::default()),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(body.try_clone(), Err(Error::InvalidArgument(_))));
+    let outer = GraphDefinition::new(&gpu.device)?;
+    assert!(matches!(
+        outer.add_child_graph(&[], &body),
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut g = def.instantiate(&Default::default())?;
+    assert!(matches!(g.update(&body), Err(Error::InvalidArgument(_))));
+    // Nodes of the body are foreign to its parent, and the other way round.
+    let in_body = body.add_empty(&[])?;
+    let in_parent = def.add_empty(&[])?;
+    assert!(matches!(
+        def.add_edge(&in_parent, &in_body),
+        Err(Error::ForeignNode)
+    ));
+    assert!(matches!(
+        body.add_empty(&[&in_parent]),
+        Err(Error::ForeignNode)
+    ));
+    Ok(())
+}
+
+fn destroyed_conditional_node_kills_its_bodies(gpu: &Gpu) -> TestResult {
+    let def = GraphDefinition::new(&gpu.device)?;
+    let h = def.create_conditional_handle(Some(1))?;
+    let (node, body) = def.add_if(&[], &h)?;
+    let inner_h = body.create_conditional_handle(Some(0))?;
+    let (_inner_node, inner_body) = body.add_if(&[], &inner_h)?;
+    body.add_empty(&[])?;
+    def.destroy_node(node)?;
+    for view in [&body, &inner_body] {
+        assert!(matches!(
+            view.add_empty(&[]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(view.nodes(), Err(Error::InvalidArgument(_))));
+    }
+    assert_eq!(counts(&def)?, (0, 0));
+    Ok(())
+}
+
+// ---- views of builders, hybrid bodies ------------------------------------------------------------
+
+fn view_of_an_ended_builder_sees_and_extends_the_capture(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: affine(int*, int, int).
+    unsafe {
+        b.launch(&affine, one(), &args![&buf, 1i32, 1i32])?;
+        b.launch(&affine, one(), &args![&buf, 1i32, 1i32])?;
+    }
+    let ended = b.end_building()?;
+    let def = ended.graph_definition()?;
+    assert_eq!(
+        counts(&def)?,
+        (2, 1),
+        "the capture recorded a chain of two kernels"
+    );
+    let nodes = def.nodes()?;
+    let mut last = None;
+    for n in &nodes {
+        assert_eq!(def.node_type(n)?, NodeType::Kernel);
+        if def.successors(n)?.is_empty() {
+            last = Some(*n);
+        }
+    }
+    let last = last.ok_or("no sink node")?;
+    k(&def, &[&last], &affine, one(), args![&buf, 10i32, 0i32])?;
+    // The builder's graph is the same graph: completing it runs the added kernel too.
+    launch(gpu, &ended.complete(&Default::default())?)?;
+    assert_eq!(buf.to_vec()?, [20], "(0 + 1 + 1) * 10");
+    // The view outlives the builder.
+    drop(ended);
+    run(gpu, &def)?;
+    assert_eq!(buf.to_vec()?, [220]);
+    Ok(())
+}
+
+fn hybrid_body_captured_then_extended(gpu: &Gpu) -> TestResult {
+    let (add_one, affine) = (gpu.f("add_one"), gpu.f("affine"));
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let parent = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let h = parent.create_conditional_handle(Some(1))?;
+    let view = {
+        let body = parent.if_then(&h)?.begin_building(Global)?;
+        // SAFETY: add_one(int*).
+        unsafe { body.launch(&add_one, one(), &args![&buf])? };
+        let ended = body.end_building()?;
+        let view = ended.graph_definition()?;
+        let captured = view.nodes()?;
+        assert_eq!(captured.len(), 1);
+        // affine(int*, int, int): *10 after the captured +1.
+        k(
+            &view,
+            &[&captured[0]],
+            &affine,
+            one(),
+            args![&buf, 10i32, 0i32],
+        )?;
+        view
+    };
+    let g = parent.end_building()?.complete(&Default::default())?;
+    assert_eq!(counts(&view)?, (2, 1));
+    launch(gpu, &g)?;
+    assert_eq!(buf.to_vec()?, [10], "(0 + 1) * 10 inside the IF body");
+    Ok(())
+}
+
+fn hybrid_body_never_captured(gpu: &Gpu) -> TestResult {
+    let (add_one, affine) = (gpu.f("add_one"), gpu.f("affine"));
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let parent = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let h = parent.create_conditional_handle(Some(1))?;
+    {
+        let body = parent.if_then(&h)?;
+        let view = body.graph_definition()?;
+        // add_one(int*), then affine(int*, int, int)
+        let a = k(&view, &[], &add_one, one(), args![&buf])?;
+        k(&view, &[&a], &affine, one(), args![&buf, 10i32, 0i32])?;
+    }
+    let g = parent.end_building()?.complete(&Default::default())?;
+    launch(gpu, &g)?;
+    launch(gpu, &g)?;
+    assert_eq!(buf.to_vec()?, [110], "((0 + 1) * 10 + 1) * 10");
+    Ok(())
+}
+
+fn body_definition_refused_while_the_body_captures(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let parent = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let h = parent.create_conditional_handle(Some(1))?;
+    {
+        let body = parent.if_then(&h)?;
+        let view = body.graph_definition()?;
+        let capturing = body.begin_building(Global)?;
+        assert!(matches!(
+            view.add_empty(&[]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(view.nodes(), Err(Error::InvalidArgument(_))));
+        // SAFETY: add_one(int*).
+        unsafe { capturing.launch(&add_one, one(), &args![&buf])? };
+        capturing.end_building()?;
+        let captured = view.nodes()?;
+        assert_eq!(captured.len(), 1, "usable again once the capture ended");
+        k(&view, &[&captured[0]], &add_one, one(), args![&buf])?;
+    }
+    launch(gpu, &parent.end_building()?.complete(&Default::default())?)?;
+    assert_eq!(buf.to_vec()?, [2]);
+    Ok(())
+}
+
+// ---- update and embedding ---------------------------------------------------------------------
+
+fn update_an_exec_from_a_definition(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let (a, b) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let def_a = GraphDefinition::new(&gpu.device)?;
+    // affine(int*, int, int)
+    k(&def_a, &[], &affine, one(), args![&a, 1i32, 10i32])?;
+    let mut g = def_a.instantiate(&Default::default())?;
+    launch(gpu, &g)?;
+    {
+        let def_b = GraphDefinition::new(&gpu.device)?;
+        k(&def_b, &[], &affine, one(), args![&b, 1i32, 5i32])?;
+        g.update(&def_b)?;
+    }
+    launch(gpu, &g)?;
+    assert_eq!((a.to_vec()?, b.to_vec()?), (vec![10], vec![5]));
+    // From a view of an ended builder, too.
+    let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: affine(int*, int, int).
+    unsafe { bld.launch(&affine, one(), &args![&a, 1i32, 1i32])? };
+    let view = bld.end_building()?.graph_definition()?;
+    g.update(&view)?;
+    launch(gpu, &g)?;
+    assert_eq!((a.to_vec()?, b.to_vec()?), (vec![11], vec![5]));
+    Ok(())
+}
+
+fn failed_update_from_a_definition_adopts_nothing(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let a = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    k(&def, &[], &add_one, one(), args![&a])?;
+    let mut g = def.instantiate(&Default::default())?;
+    let other = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = other.release_observer();
+    {
+        let changed = GraphDefinition::new(&gpu.device)?;
+        let x = k(&changed, &[], &add_one, one(), args![&other])?;
+        k(&changed, &[&x], &add_one, one(), args![&other])?;
+        match g.update(&changed) {
+            Err(Error::Update { .. }) => {}
+            r => return Err(format!("expected an update failure, got {r:?}").into()),
+        }
+    }
+    drop(other);
+    assert!(
+        eventually(|| watch.is_released()),
+        "the failed update kept the source's buffer ({} owners)",
+        watch.share_count()
+    );
+    launch(gpu, &g)?;
+    assert_eq!(a.to_vec()?, [1], "the old exec still works");
+    Ok(())
+}
+
+fn embed_a_definition_in_a_capture(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let child = GraphDefinition::new(&gpu.device)?;
+    // affine(int*, int, int)
+    k(&child, &[], &affine, one(), args![&buf, 1i32, 1i32])?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    b.embed(&child)?;
+    // SAFETY: affine(int*, int, int).
+    unsafe { b.launch(&affine, one(), &args![&buf, 10i32, 0i32])? };
+    drop(child);
+    launch(gpu, &b.end_building()?.complete(&Default::default())?)?;
+    assert_eq!(buf.to_vec()?, [10]);
+    Ok(())
+}
+
+// ---- lifetimes ------------------------------------------------------------------------------------
+
+fn clone_is_independent_and_keeps_operands_alive(gpu: &Gpu) -> TestResult {
+    let src = gpu.device.htod(&[42i32])?;
+    let dst = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = src.release_observer();
+    let def = GraphDefinition::new(&gpu.device)?;
+    // copy_i32(const int*, int*, int)
+    k(
+        &def,
+        &[],
+        &gpu.f("copy_i32"),
+        one(),
+        args![&src, &dst, 1i32],
+    )?;
+    let clone = def.try_clone()?;
+    clone.add_empty(&[])?;
+    assert_eq!(counts(&def)?.0, 1, "the original is unchanged");
+    assert_eq!(counts(&clone)?.0, 2);
+    drop(src);
+    drop(def);
+    assert!(
+        stays(|| !watch.is_released()),
+        "the clone keeps the buffer alive"
+    );
+    let g = clone.instantiate(&Default::default())?;
+    drop(clone);
+    assert!(
+        stays(|| !watch.is_released()),
+        "the clone's exec keeps the buffer alive"
+    );
+    launch(gpu, &g)?;
+    assert_eq!(dst.to_vec()?, [42]);
+    drop(g);
+    assert!(
+        eventually(|| watch.is_released()),
+        "released after the last exec"
+    );
+    Ok(())
+}
+
+fn exec_runs_after_definition_and_operands_are_dropped(gpu: &Gpu) -> TestResult {
+    let dst = gpu.device.alloc_zeroed::<i32>(3)?;
+    let g;
+    let cb;
+    {
+        let src = gpu.device.htod(&[1i32, 2, 3])?;
+        let copy = gpu.f("copy_i32");
+        let event = gpu.device.create_event()?;
+        let def = GraphDefinition::new(&gpu.device)?;
+        // copy_i32(const int*, int*, int)
+        let c = k(&def, &[], &copy, one(), args![&src, &dst, 3i32])?;
+        let r = def.add_event_record(&[&c], &event)?;
+        let tmp = gpu.device.alloc_zeroed::<i32>(3)?;
+        let m = def.add_memcpy(&[&r], &tmp, &src)?;
+        let (_h, observer) = def.add_host_callback(&[&m], || {})?;
+        cb = observer;
+        g = def.instantiate(&Default::default())?;
+        // `def`, `src`, `copy`, `event`, `tmp` and the closure's owner all go here.
+    }
+    launch(gpu, &g)?;
+    launch(gpu, &g)?;
+    assert_eq!(dst.to_vec()?, [1, 2, 3]);
+    assert_eq!(cb.calls(), Some(2));
+    drop(g);
+    assert!(eventually(|| cb.is_released()));
+    Ok(())
+}
+
+fn operands_released_after_last_definition_and_exec(gpu: &Gpu) -> TestResult {
+    let module = gpu.device.load_module(KERNELS)?; // a module of its own, to watch it unload
+    let add_one = module.function("add_one")?;
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let event = gpu.device.create_event()?;
+    let child = GraphDefinition::new(&gpu.device)?;
+    child.add_empty(&[])?;
+    let watches = [
+        ("buffer", buf.release_observer()),
+        ("event", event.release_observer()),
+        ("module", module.release_observer()),
+        ("child graph", child.release_observer()),
+    ];
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    let a = k(&def, &[], &add_one, one(), args![&buf])?;
+    let r = def.add_event_record(&[&a], &event)?;
+    let c = def.add_child_graph(&[&r], &child)?;
+    let (_h, cb) = def.add_host_callback(&[&c], || {})?;
+    let (g1, g2) = (
+        def.instantiate(&Default::default())?,
+        def.instantiate(&Default::default())?,
+    );
+    drop((module, add_one, buf, event, child));
+    let alive = |what: &str| -> TestResult {
+        for (name, w) in &watches {
+            if !stays(|| !w.is_released()) {
+                return Err(format!("the {name} was released early ({what})").into());
+            }
+        }
+        if cb.is_released() {
+            return Err(format!("the callback was released early ({what})").into());
+        }
+        Ok(())
+    };
+    alive("the definition and two execs hold it")?;
+    drop(def);
+    alive("two execs hold it")?;
+    launch(gpu, &g1)?;
+    drop(g1);
+    alive("one exec holds it")?;
+    launch(gpu, &g2)?;
+    assert_eq!(cb.calls(), Some(2));
+    drop(g2);
+    for (name, w) in &watches {
+        assert!(
+            eventually(|| w.is_released()),
+            "the {name} is released after the last exec"
+        );
+    }
+    assert!(eventually(|| cb.is_released()));
+    Ok(())
+}
+
+fn nothing_released_while_a_launch_runs(gpu: &Gpu) -> TestResult {
+    let dst = gpu.device.alloc_zeroed::<i32>(1)?;
+    let src = gpu.device.htod(&[42i32])?;
+    let watch = src.release_observer();
+    let def = GraphDefinition::new(&gpu.device)?;
+    // spin(unsigned long long ns), then copy_i32(const int*, int*, int)
+    let s = k(&def, &[], &gpu.f("spin"), one(), args![300_000_000u64])?;
+    k(
+        &def,
+        &[&s],
+        &gpu.f("copy_i32"),
+        one(),
+        args![&src, &dst, 1i32],
+    )?;
+    let g = def.instantiate(&Default::default())?;
+    let stream = gpu.stream();
+    g.launch(&stream)?;
+    drop((g, def, src));
+    // The launch is still spinning: the buffer it will read must not be freed yet.
+    assert!(
+        stays(|| !watch.is_released()),
+        "the buffer was released while a launch that reads it was running"
+    );
+    stream.synchronize()?;
+    assert_eq!(dst.to_vec()?, [42]);
+    assert!(eventually(|| watch.is_released()));
+    Ok(())
+}
+
+fn body_operands_live_as_long_as_the_exec(gpu: &Gpu) -> TestResult {
+    let dst = gpu.device.alloc_zeroed::<i32>(1)?;
+    let src = gpu.device.htod(&[42i32])?;
+    let watch = src.release_observer();
+    let def = GraphDefinition::new(&gpu.device)?;
+    let h = def.create_conditional_handle(Some(1))?;
+    let (_n, body) = def.add_if(&[], &h)?;
+    // copy_i32(const int*, int*, int), inside the IF body.
+    k(
+        &body,
+        &[],
+        &gpu.f("copy_i32"),
+        one(),
+        args![&src, &dst, 1i32],
+    )?;
+    let g = def.instantiate(&Default::default())?;
+    drop((body, def, src));
+    assert!(
+        stays(|| !watch.is_released()),
+        "the exec must keep what its conditional body uses alive"
+    );
+    launch(gpu, &g)?;
+    assert_eq!(dst.to_vec()?, [42]);
+    drop(g);
+    assert!(eventually(|| watch.is_released()));
+    Ok(())
+}
+
+fn concurrent_additions_from_threads(gpu: &Gpu) -> TestResult {
+    const THREADS: usize = 4;
+    const PER_THREAD: usize = 50;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let tails = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                s.spawn(|| -> cuda_graph::Result<GraphNode> {
+                    let mut last = def.add_empty(&[])?;
+                    for _ in 1..PER_THREAD {
+                        last = def.add_empty(&[&last])?;
+                        def.nodes()?; // reads interleave with other threads' writes
+                    }
+                    Ok(last)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| "a thread panicked".to_string()))
+            .collect::<Result<Vec<_>, _>>()
+    })?
+    .into_iter()
+    .collect::<cuda_graph::Result<Vec<_>>>()?;
+    def.join(&tails.iter().collect::<Vec<_>>())?;
+    assert_eq!(
+        counts(&def)?,
+        (
+            THREADS * PER_THREAD + 1,
+            THREADS * (PER_THREAD - 1) + THREADS
+        )
+    );
+    run(gpu, &def)?;
+    Ok(())
+}
+
+fn dot_print_of_a_definition(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let m = def.add_memset(&[], &buf, 0i32)?;
+    def.add_empty(&[&m])?;
+    let path = std::env::temp_dir().join(format!("cuda-graph-def-{}.dot", std::process::id()));
+    def.debug_dot_print(&path, &GraphDebugPrintOptions::all())?;
+    let text = std::fs::read_to_string(&path)?;
+    let _ = std::fs::remove_file(&path);
+    assert!(text.contains("digraph"), "{text}");
+    assert!(matches!(
+        def.debug_dot_print("/nonexistent-dir/x.dot", &GraphDebugPrintOptions::default()),
+        Err(Error::Io { .. })
+    ));
+    Ok(())
+}
