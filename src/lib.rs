@@ -18,6 +18,7 @@
 //! | runtime | [`Device`], [`Stream`], [`Event`], [`DeviceBuffer`], [`Module`], [`Function`], [`LaunchConfig`], [`KernelArgs`], [`Error`] |
 //! | typestate | [`GraphBuilder`] and its markers in [`builder`] |
 //! | executable | [`Graph`], [`GraphCompleteOptions`] |
+//! | explicit | [`GraphDefinition`], [`GraphNode`], [`NodeType`], [`GraphAllocation`] (see `docs/DEFINITION.md`) |
 //!
 //! Everything a user needs is in the [`prelude`].
 //!
