@@ -324,4 +324,5 @@ static_assertions::assert_impl_all!(GraphDefinition: Send, Sync, std::fmt::Debug
 static_assertions::assert_impl_all!(GraphNode: Send, Sync, Copy, std::fmt::Debug);
 static_assertions::assert_impl_all!(NodeType: Send, Sync, Copy, std::fmt::Debug);
 static_assertions::assert_impl_all!(GraphAllocation: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(Memset2d: Send, Sync, Copy, std::fmt::Debug);
 static_assertions::assert_not_impl_any!(GraphAllocation: Clone, Copy);

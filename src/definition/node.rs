@@ -40,6 +40,17 @@ impl GraphNode {
 }
 
 /// What a node does (`CUgraphNodeType`).
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+/// let kernels = def
+///     .nodes()?
+///     .iter()
+///     .filter(|n| matches!(def.node_type(n), Ok(NodeType::Kernel)))
+///     .count();
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum NodeType {

@@ -72,6 +72,15 @@ mod sealed {
 
 /// Element types a memset node can set: the crate's primitive numbers. CUDA sets 1-, 2- or
 /// 4-byte elements; an 8-byte type is refused at run time with an [`Error::InvalidArgument`].
+/// Sealed.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(def: &GraphDefinition, floats: &DeviceBuffer<f32>, wide: &DeviceBuffer<u64>) {
+/// assert!(def.add_memset(&[], floats, 1.0f32).is_ok());
+/// assert!(def.add_memset(&[], wide, 1u64).is_err()); // 8-byte elements
+/// # }
+/// ```
 pub trait MemsetValue: DeviceCopy + sealed::Sealed {
     /// The value's bits, zero-extended.
     #[doc(hidden)]
@@ -148,17 +157,37 @@ pub struct GraphAllocation {
 }
 
 impl GraphAllocation {
-    /// The device address.
+    /// The device address (valid only while the graph runs, between the allocation and its
+    /// free).
+    ///
+    /// ```no_run
+    /// # fn f(a: &cuda_graph::GraphAllocation) {
+    /// println!("{:#x}", a.device_ptr());
+    /// # }
+    /// ```
     pub fn device_ptr(&self) -> u64 {
         self.ptr
     }
 
     /// The size in bytes.
+    ///
+    /// ```no_run
+    /// # fn f(a: &cuda_graph::GraphAllocation) {
+    /// let ints = a.byte_len() / 4;
+    /// # }
+    /// ```
     pub fn byte_len(&self) -> usize {
         self.bytes
     }
 
     /// The allocation node.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, a: &GraphAllocation) -> cuda_graph::Result<()> {
+    /// assert_eq!(def.node_type(&a.node())?, NodeType::MemAlloc);
+    /// # Ok(()) }
+    /// ```
     pub fn node(&self) -> GraphNode {
         self.node
     }

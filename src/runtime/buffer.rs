@@ -115,6 +115,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// An observer that tells when the allocation is freed (after this handle and every graph
     /// and exec using it are dropped), without keeping it alive.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(buf: DeviceBuffer<i32>) {
+    /// let watch = buf.release_observer();
+    /// drop(buf);
+    /// assert!(watch.is_released());
+    /// # }
+    /// ```
     pub fn release_observer(&self) -> super::ReleaseObserver {
         super::ReleaseObserver::new(&self.alloc)
     }

@@ -31,6 +31,13 @@ impl Event {
 
     /// An observer that tells when the event is destroyed (after every clone of this handle and
     /// every graph and exec using it are dropped), without keeping it alive.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(event: &Event) {
+    /// let watch = event.release_observer();
+    /// # }
+    /// ```
     pub fn release_observer(&self) -> super::ReleaseObserver {
         super::ReleaseObserver::new(&self.handle)
     }

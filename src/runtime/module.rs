@@ -44,6 +44,13 @@ impl std::fmt::Debug for Function {
 impl Module {
     /// An observer that tells when the module is unloaded (after every `Module` and `Function`
     /// handle of it and every graph and exec launching its kernels are dropped).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(module: &Module) {
+    /// let watch = module.release_observer();
+    /// # }
+    /// ```
     pub fn release_observer(&self) -> super::ReleaseObserver {
         super::ReleaseObserver::new(&self.handle)
     }
@@ -80,6 +87,13 @@ impl Module {
 impl Function {
     /// An observer that tells when the function's module is unloaded (after every `Module` and
     /// `Function` handle of it and every graph and exec launching it are dropped).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(k: &Function) {
+    /// let watch = k.release_observer();
+    /// # }
+    /// ```
     pub fn release_observer(&self) -> super::ReleaseObserver {
         super::ReleaseObserver::new(&self.module)
     }

@@ -31,11 +31,25 @@ impl ReleaseObserver {
     }
 
     /// Whether the resource has been freed.
+    ///
+    /// ```no_run
+    /// # fn f(watch: &cuda_graph::ReleaseObserver) {
+    /// while !watch.is_released() {
+    ///     std::thread::sleep(std::time::Duration::from_millis(1));
+    /// }
+    /// # }
+    /// ```
     pub fn is_released(&self) -> bool {
         self.weak.strong_count() == 0
     }
 
     /// How many owners (handles, graphs, execs) share the resource now; `0` once released.
+    ///
+    /// ```no_run
+    /// # fn f(watch: &cuda_graph::ReleaseObserver) {
+    /// println!("{} owners", watch.share_count());
+    /// # }
+    /// ```
     pub fn share_count(&self) -> usize {
         self.weak.strong_count()
     }
