@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use crate::driver::graph::GraphHandle;
+use crate::driver::release::CaptureActive;
 use crate::driver::{self, drv, DriverVersion};
 use crate::error::{Error, Result};
 use crate::runtime::{Event, Stream};
@@ -33,6 +34,8 @@ pub struct Core {
     pub(crate) capturing: bool,
     /// For a fork: the stream it joins back into.
     pub(crate) join_into: Option<Stream>,
+    /// Held while this builder's own capture (not a fork's) is active; see `driver::release`.
+    pub(crate) active: Option<CaptureActive>,
     /// Streams of forks that recorded into this capture; they must outlive it. Shared by a
     /// capture's root and all its forks.
     pub(crate) streams: Arc<Mutex<Vec<Stream>>>,
@@ -46,6 +49,7 @@ impl Core {
             target: Target::DriverGraph,
             capturing: false,
             join_into: None,
+            active: None,
             streams: Arc::new(Mutex::new(Vec::new())),
         }
     }
@@ -61,6 +65,7 @@ impl Core {
         mode: sys::CUstreamCaptureMode,
         into: Option<Arc<GraphHandle>>,
     ) -> Result<()> {
+        let active = CaptureActive::new();
         let ctx = &self.stream.handle.ctx;
         ctx.bind()?;
         let raw = self.stream.raw();
@@ -92,6 +97,7 @@ impl Core {
             }
         }
         self.capturing = true;
+        self.active = Some(active);
         Ok(())
     }
 
@@ -103,6 +109,7 @@ impl Core {
         // SAFETY: the stream is capturing (typestate) on this thread or in relaxed mode.
         let ended = unsafe { drv!(cuStreamEndCapture(self.stream.raw(), &mut graph)) };
         self.capturing = false;
+        let _active = self.active.take();
         match ended {
             Ok(()) => {
                 if self.target == Target::DriverGraph {
@@ -115,6 +122,10 @@ impl Core {
                 if !graph.is_null() && self.target == Target::DriverGraph {
                     // SAFETY: the driver handed us this graph and nothing else refers to it.
                     unsafe { crate::driver::drv_drop!(cuGraphDestroy(graph)) };
+                }
+                // A failed end destroys a graph captured into; ours must not destroy it again.
+                if let (Target::OwnGraph, Some(g)) = (self.target, &self.graph) {
+                    g.disown();
                 }
                 // In case the driver left the stream capturing.
                 self.stream
@@ -275,9 +286,13 @@ impl Drop for Core {
             // A builder dropped mid-capture ends the capture and discards it.
             None => {
                 self.capturing = false;
-                self.stream
-                    .handle
-                    .abandon_capture(self.target == Target::OwnGraph);
+                let own = self.target == Target::OwnGraph;
+                if !self.stream.handle.abandon_capture(own) && own {
+                    if let Some(g) = &self.graph {
+                        g.disown();
+                    }
+                }
+                self.active = None;
             }
         }
     }

@@ -11,6 +11,9 @@ static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::release::{self, SendPtr};
 use super::{drv, drv_drop};
 use crate::error::Result;
 
@@ -24,6 +27,8 @@ pub struct GraphHandle {
     pub(crate) id: u64,
     /// `Some` for a graph owned by a node of `owner` (conditional bodies): never destroyed here.
     owner: Option<Arc<GraphHandle>>,
+    /// Set when the driver destroyed the graph itself (an invalidated capture into it).
+    disowned: AtomicBool,
 }
 
 // SAFETY: CUgraph handles may be used from any thread; this crate never mutates a graph from two
@@ -49,6 +54,7 @@ impl GraphHandle {
             raw,
             id: next_id(),
             owner: None,
+            disowned: AtomicBool::new(false),
         }
     }
 
@@ -59,7 +65,14 @@ impl GraphHandle {
             raw,
             id: next_id(),
             owner: Some(owner.clone()),
+            disowned: AtomicBool::new(false),
         })
+    }
+
+    /// Records that the driver destroyed this graph (when a capture into it was invalidated and
+    /// ended), so `Drop` must not destroy it again.
+    pub(crate) fn disown(&self) {
+        self.disowned.store(true, Ordering::Release);
     }
 
     /// The graph that owns this one's memory: itself, or the root of its owner chain.
@@ -73,11 +86,17 @@ impl GraphHandle {
 
 impl Drop for GraphHandle {
     fn drop(&mut self) {
-        if self.owner.is_none() && self.ctx.bind().is_ok() {
-            // SAFETY: an owned graph is destroyed exactly once, here. Execs instantiated from it
-            // do not depend on it.
-            unsafe { drv_drop!(cuGraphDestroy(self.raw)) };
+        if self.owner.is_some() || self.disowned.load(Ordering::Acquire) {
+            return;
         }
+        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
+        release::destroy(move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: an owned graph is destroyed exactly once, here. Execs instantiated from
+                // it do not depend on it.
+                unsafe { drv_drop!(cuGraphDestroy(raw.get())) };
+            }
+        });
     }
 }
 
@@ -96,11 +115,14 @@ unsafe impl Sync for ExecHandle {}
 
 impl Drop for ExecHandle {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: the exec was wrapped once after a successful instantiate and is destroyed
-            // exactly once, here. The driver defers the free until pending launches finish, and
-            // the user objects it holds are released after that.
-            unsafe { drv_drop!(cuGraphExecDestroy(self.raw)) };
-        }
+        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
+        release::destroy(move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: the exec was wrapped once after a successful instantiate and is
+                // destroyed exactly once, here. The driver defers the free until pending launches
+                // finish, and the user objects it holds are released after that.
+                unsafe { drv_drop!(cuGraphExecDestroy(raw.get())) };
+            }
+        });
     }
 }

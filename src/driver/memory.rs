@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
-use super::{drv, drv_drop};
+use super::{drv, drv_drop, release};
 use crate::error::Result;
 
 /// An owned device allocation (`cuMemAlloc_v2`), freed on drop.
@@ -36,10 +36,12 @@ impl DeviceAlloc {
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: allocated in `zeroed`, freed exactly once here. cuMemFree waits for work
-            // that uses the memory.
-            unsafe { drv_drop!(cuMemFree_v2(self.ptr)) };
-        }
+        let (ctx, ptr) = (self.ctx.clone(), self.ptr);
+        release::destroy(move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: allocated in `zeroed`, freed exactly once here.
+                unsafe { drv_drop!(cuMemFree_v2(ptr)) };
+            }
+        });
     }
 }

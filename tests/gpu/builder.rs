@@ -118,9 +118,9 @@ fn straight_capture_of_three_kernels(gpu: &Gpu) -> TestResult {
     let affine = gpu.f("affine");
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    for (m, c) in [(2, 1), (3, 0), (1, 5)] {
+    for (m, c) in [(2i32, 1i32), (3, 0), (1, 5)] {
         // SAFETY: affine(int*, int, int).
-        unsafe { b.launch(&affine, one(), &args![&buf, m as i32, c as i32])? };
+        unsafe { b.launch(&affine, one(), &args![&buf, m, c])? };
     }
     // Nothing ran yet: capture only records.
     let graph = b
