@@ -30,6 +30,10 @@ impl DeviceAlloc {
         });
         // SAFETY: `ptr` points at `bytes` bytes just allocated.
         unsafe { drv!(cuMemsetD8_v2(ptr, 0, bytes)) }?;
+        // The memset runs on the legacy stream, which does not order with this crate's
+        // non-blocking streams: wait for it, so the zeroes are there for any stream.
+        // SAFETY: the context is current.
+        unsafe { drv!(cuCtxSynchronize()) }?;
         Ok(alloc)
     }
 }
