@@ -9,3 +9,8 @@ dot -Tsvg state-machine.dot |
   sed -E '1s/width="[0-9.]+pt" height="[0-9.]+pt"/width="100%"/' > state-machine.svg
 dot -Tpng -Gdpi=110 -Gbgcolor=white state-machine.dot -o state-machine.png
 ls -l state-machine.svg state-machine.png
+# rustdoc: one line of HTML with the SVG as a data URI (inline <svg> markup does not survive
+# rustdoc's Markdown pass).
+printf '<img alt="The GraphBuilder state machine" width="100%%" src="data:image/svg+xml;base64,%s"/>\n' \
+  "$(base64 -w0 state-machine.svg)" > state-machine.rustdoc.html
+ls -l state-machine.rustdoc.html
