@@ -6,6 +6,7 @@
 #   scripts/gpu-bundle.sh            # here
 #   bash gpu-bundle/run-all.sh       # there (from the repository root, or anywhere)
 #   SANITIZE=1 bash gpu-bundle/run-all.sh   # the GPU suite under compute-sanitizer memcheck
+#   SANITIZE=1 SANITIZE_API=1 ...           # ... also listing driver calls that returned errors
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -50,7 +51,10 @@ run() { echo "=== $*"; "$@" || { echo "!!! FAILED: $*"; status=1; }; }
 for t in "$here"/unit-* "$here"/test-*; do
   [ -x "$t" ] || continue
   if [ "${SANITIZE:-0}" = 1 ] && [ "$(basename "$t")" = test-gpu ]; then
-    run compute-sanitizer --tool memcheck --error-exitcode 1 "$t"
+    # Memory errors fail the run. API errors (calls returning an error) are listed with
+    # SANITIZE_API=1; the negative tests make some on purpose.
+    api=no; [ "${SANITIZE_API:-0}" = 1 ] && api=explicit
+    run compute-sanitizer --tool memcheck --report-api-errors "$api" --error-exitcode 1 "$t"
   else
     run "$t"
   fi

@@ -45,7 +45,7 @@
 //! assert_eq!(counter.to_vec()?, [3]);
 //! # Ok(()) }
 //! ```
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod builder;

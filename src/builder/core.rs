@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use crate::driver::graph::GraphHandle;
+use crate::driver::release::CaptureActive;
 use crate::driver::{self, drv, DriverVersion};
 use crate::error::{Error, Result};
 use crate::runtime::{Event, Stream};
@@ -33,6 +34,8 @@ pub struct Core {
     pub(crate) capturing: bool,
     /// For a fork: the stream it joins back into.
     pub(crate) join_into: Option<Stream>,
+    /// Held while this builder's own capture (not a fork's) is active; see `driver::release`.
+    pub(crate) active: Option<CaptureActive>,
     /// Streams of forks that recorded into this capture; they must outlive it. Shared by a
     /// capture's root and all its forks.
     pub(crate) streams: Arc<Mutex<Vec<Stream>>>,
@@ -46,6 +49,7 @@ impl Core {
             target: Target::DriverGraph,
             capturing: false,
             join_into: None,
+            active: None,
             streams: Arc::new(Mutex::new(Vec::new())),
         }
     }
@@ -61,6 +65,7 @@ impl Core {
         mode: sys::CUstreamCaptureMode,
         into: Option<Arc<GraphHandle>>,
     ) -> Result<()> {
+        let active = CaptureActive::new();
         let ctx = &self.stream.handle.ctx;
         ctx.bind()?;
         let raw = self.stream.raw();
@@ -72,7 +77,7 @@ impl Core {
         match into {
             Some(graph) => {
                 // Definitions of this graph (a conditional body's) keep off it while it captures.
-                graph.set_capturing(true);
+                graph.set_capturing();
                 // SAFETY: stream and graph are live; no dependencies are passed.
                 let begun = unsafe {
                     drv!(cuStreamBeginCaptureToGraph(
@@ -85,7 +90,7 @@ impl Core {
                     ))
                 };
                 if let Err(e) = begun {
-                    graph.set_capturing(false);
+                    graph.capture_ended(false);
                     return Err(e);
                 }
                 self.graph = Some(graph);
@@ -98,6 +103,7 @@ impl Core {
             }
         }
         self.capturing = true;
+        self.active = Some(active);
         Ok(())
     }
 
@@ -109,6 +115,8 @@ impl Core {
         // SAFETY: the stream is capturing (typestate) on this thread or in relaxed mode.
         let ended = unsafe { drv!(cuStreamEndCapture(self.stream.raw(), &mut graph)) };
         self.capturing = false;
+        let _active = self.active.take();
+        let mut destroyed = false;
         let result = match ended {
             Ok(()) => {
                 if self.target == Target::DriverGraph {
@@ -122,6 +130,11 @@ impl Core {
                     // SAFETY: the driver handed us this graph and nothing else refers to it.
                     unsafe { crate::driver::drv_drop!(cuGraphDestroy(graph)) };
                 }
+                // A failed end destroys a graph captured into; ours must not destroy it again.
+                if let (Target::OwnGraph, Some(g)) = (self.target, &self.graph) {
+                    g.disown();
+                    destroyed = true;
+                }
                 // In case the driver left the stream capturing.
                 self.stream
                     .handle
@@ -130,7 +143,7 @@ impl Core {
                 Err(capture_error(e))
             }
         };
-        self.capture_over();
+        self.capture_over(destroyed);
         result
     }
 
@@ -251,10 +264,11 @@ impl Core {
         into.wait(&event)
     }
 
-    /// Lets definitions of the capture's graph use it again.
-    fn capture_over(&self) {
+    /// Lets definitions of the capture's graph use it again — or, if the driver destroyed the
+    /// graph with a failed capture, refuses them for good.
+    fn capture_over(&self, destroyed: bool) {
         if let (Target::OwnGraph, Some(g)) = (self.target, &self.graph) {
-            g.set_capturing(false);
+            g.capture_ended(destroyed);
         }
     }
 
@@ -290,10 +304,15 @@ impl Drop for Core {
             // A builder dropped mid-capture ends the capture and discards it.
             None => {
                 self.capturing = false;
-                self.stream
-                    .handle
-                    .abandon_capture(self.target == Target::OwnGraph);
-                self.capture_over();
+                let own = self.target == Target::OwnGraph;
+                let survived = self.stream.handle.abandon_capture(own);
+                if !survived && own {
+                    if let Some(g) = &self.graph {
+                        g.disown();
+                    }
+                }
+                self.capture_over(!survived);
+                self.active = None;
             }
         }
     }

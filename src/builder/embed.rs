@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::graph::source::FinishedGraph;
 
 /// A finished graph that can be embedded as a child-graph node: an ended primary builder or a
-/// [`GraphDefinition`](crate::GraphDefinition).
+/// `GraphDefinition`.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be embedded as a child graph",
     label = "a child graph must be finished",

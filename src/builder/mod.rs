@@ -36,7 +36,7 @@ use self::core::Core;
 /// type: `GraphBuilder<K, S>` has a kind `K` and a state `S`, and a method exists only where it
 /// is legal.
 ///
-#[doc = include_str!("../../docs/state-machine.svg")]
+#[doc = include_str!("../../docs/state-machine.rustdoc.html")]
 ///
 /// ## The decisions, in order
 ///

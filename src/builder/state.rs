@@ -99,7 +99,7 @@ impl IsEnded for Ended {}
 
 /// A zero-sized value that is `!Send` (it holds a raw pointer type), pinning a `Global` or
 /// `ThreadLocal` capture to the thread that began it.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct BoundToCapturingThread(PhantomData<*const ()>);
 
 // SAFETY: sharing `&Capturing<Global>` across threads is harmless (the builder's recording methods

@@ -290,7 +290,7 @@ fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
     }
     if graph.owner_chain().iter().any(|id| tree.dead.contains(id)) {
         return Err(Error::InvalidArgument(
-            "this conditional body was freed: its conditional node was destroyed".into(),
+            "the driver freed this graph: its conditional node was destroyed, or a capture into it failed".into(),
         ));
     }
     Ok(())

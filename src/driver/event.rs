@@ -5,6 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
+use super::release::{self, SendPtr};
 use super::{drv, drv_drop};
 use crate::error::Result;
 
@@ -36,9 +37,12 @@ impl EventHandle {
 
 impl Drop for EventHandle {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: created in `new`, destroyed exactly once here.
-            unsafe { drv_drop!(cuEventDestroy_v2(self.raw)) };
-        }
+        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
+        release::destroy(move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: created in `new`, destroyed exactly once here.
+                unsafe { drv_drop!(cuEventDestroy_v2(raw.get())) };
+            }
+        });
     }
 }

@@ -12,6 +12,9 @@ static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::release::{self, SendPtr};
 use super::{drv, drv_drop};
 use crate::error::Result;
 
@@ -29,6 +32,8 @@ pub struct GraphHandle {
     /// mutates a graph runs under its tree's lock ([`GraphHandle::lock`]). Only the root's is
     /// used; a conditional body takes its root's, since instantiating the root reads the bodies.
     tree: Mutex<TreeState>,
+    /// Set when the driver destroyed the graph itself (an invalidated capture into it).
+    disowned: AtomicBool,
 }
 
 /// What the lock of a graph tree (a root graph and its conditional bodies) guards besides the
@@ -44,7 +49,8 @@ pub(crate) struct TreeState {
     /// Conditional nodes that this crate created: `(graph id, raw node)` → the ids of the body
     /// graphs it owns, so that destroying the node marks them dead.
     pub(crate) bodies: HashMap<(u64, usize), Vec<u64>>,
-    /// Body graphs whose conditional node was destroyed (and the driver freed them).
+    /// Graphs the driver freed: bodies whose conditional node was destroyed, and graphs a failed
+    /// capture into destroyed.
     pub(crate) dead: HashSet<u64>,
     /// Graphs that a stream capture is recording into right now: definitions refuse to touch
     /// them until the capture ends.
@@ -76,6 +82,7 @@ impl GraphHandle {
             id: next_id(),
             owner: None,
             tree: Mutex::new(TreeState::default()),
+            disowned: AtomicBool::new(false),
         }
     }
 
@@ -87,6 +94,7 @@ impl GraphHandle {
             id: next_id(),
             owner: Some(owner.clone()),
             tree: Mutex::new(TreeState::default()),
+            disowned: AtomicBool::new(false),
         })
     }
 
@@ -127,14 +135,25 @@ impl GraphHandle {
         ids
     }
 
-    /// Marks (or unmarks) this graph as the target of a running stream capture.
-    pub(crate) fn set_capturing(&self, on: bool) {
+    /// Marks this graph as the target of a running stream capture.
+    pub(crate) fn set_capturing(&self) {
+        self.lock().capturing.insert(self.id);
+    }
+
+    /// The capture into this graph is over. When it failed, the driver destroyed the graph: it
+    /// is then dead for every definition of it.
+    pub(crate) fn capture_ended(&self, destroyed: bool) {
         let mut tree = self.lock();
-        if on {
-            tree.capturing.insert(self.id);
-        } else {
-            tree.capturing.remove(&self.id);
+        tree.capturing.remove(&self.id);
+        if destroyed {
+            tree.dead.insert(self.id);
         }
+    }
+
+    /// Records that the driver destroyed this graph (when a capture into it was invalidated and
+    /// ended), so `Drop` must not destroy it again.
+    pub(crate) fn disown(&self) {
+        self.disowned.store(true, Ordering::Release);
     }
 
     /// The graph that owns this one's memory: itself, or the root of its owner chain.
@@ -148,11 +167,17 @@ impl GraphHandle {
 
 impl Drop for GraphHandle {
     fn drop(&mut self) {
-        if self.owner.is_none() && self.ctx.bind().is_ok() {
-            // SAFETY: an owned graph is destroyed exactly once, here. Execs instantiated from it
-            // do not depend on it.
-            unsafe { drv_drop!(cuGraphDestroy(self.raw)) };
+        if self.owner.is_some() || self.disowned.load(Ordering::Acquire) {
+            return;
         }
+        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
+        release::destroy(move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: an owned graph is destroyed exactly once, here. Execs instantiated from
+                // it do not depend on it.
+                unsafe { drv_drop!(cuGraphDestroy(raw.get())) };
+            }
+        });
     }
 }
 
@@ -171,12 +196,15 @@ unsafe impl Sync for ExecHandle {}
 
 impl Drop for ExecHandle {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: the exec was wrapped once after a successful instantiate and is destroyed
-            // exactly once, here. The driver defers the free until pending launches finish, and
-            // the user objects it holds are released after that.
-            unsafe { drv_drop!(cuGraphExecDestroy(self.raw)) };
-        }
+        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
+        release::destroy(move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: the exec was wrapped once after a successful instantiate and is
+                // destroyed exactly once, here. The driver defers the free until pending launches
+                // finish, and the user objects it holds are released after that.
+                unsafe { drv_drop!(cuGraphExecDestroy(raw.get())) };
+            }
+        });
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
-use super::{drv, drv_drop};
+use super::{drv, drv_drop, release};
 use crate::error::Result;
 
 /// An owned device allocation (`cuMemAlloc_v2`), freed on drop.
@@ -30,16 +30,22 @@ impl DeviceAlloc {
         });
         // SAFETY: `ptr` points at `bytes` bytes just allocated.
         unsafe { drv!(cuMemsetD8_v2(ptr, 0, bytes)) }?;
+        // The memset runs on the legacy stream, which does not order with this crate's
+        // non-blocking streams: wait for it, so the zeroes are there for any stream.
+        // SAFETY: the context is current.
+        unsafe { drv!(cuCtxSynchronize()) }?;
         Ok(alloc)
     }
 }
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: allocated in `zeroed`, freed exactly once here. cuMemFree waits for work
-            // that uses the memory.
-            unsafe { drv_drop!(cuMemFree_v2(self.ptr)) };
-        }
+        let (ctx, ptr) = (self.ctx.clone(), self.ptr);
+        release::destroy(move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: allocated in `zeroed`, freed exactly once here.
+                unsafe { drv_drop!(cuMemFree_v2(ptr)) };
+            }
+        });
     }
 }

@@ -18,6 +18,7 @@ pub(crate) mod event;
 pub(crate) mod graph;
 pub(crate) mod memory;
 pub(crate) mod module;
+pub(crate) mod release;
 pub(crate) mod stream;
 pub(crate) mod user_object;
 

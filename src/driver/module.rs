@@ -5,6 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
+use super::release::{self, SendPtr};
 use super::{drv, drv_drop};
 use crate::error::Result;
 
@@ -38,9 +39,12 @@ impl ModuleHandle {
 
 impl Drop for ModuleHandle {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: loaded in `load`, unloaded exactly once here.
-            unsafe { drv_drop!(cuModuleUnload(self.raw)) };
-        }
+        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
+        release::destroy(move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: loaded in `load`, unloaded exactly once here.
+                unsafe { drv_drop!(cuModuleUnload(raw.get())) };
+            }
+        });
     }
 }

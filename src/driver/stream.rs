@@ -5,6 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
+use super::release::{self, SendPtr};
 use super::{drv, drv_drop};
 use crate::error::Result;
 
@@ -44,37 +45,43 @@ impl StreamHandle {
 
     /// Ends any capture on this stream (an invalidated one too) so the stream can be used again.
     /// A graph the capture created itself (`cuStreamBeginCapture`) is destroyed; with
-    /// `into_own_graph` the graph belongs to the caller and is left alone. Never fails.
-    pub(crate) fn abandon_capture(&self, into_own_graph: bool) {
+    /// `into_own_graph` the graph belongs to the caller and is left alone. Never fails; returns
+    /// `false` when the driver reported the capture as failed at its end (it then destroys a
+    /// graph captured into).
+    pub(crate) fn abandon_capture(&self, into_own_graph: bool) -> bool {
         if self.ctx.bind().is_err() {
-            return;
+            return true;
         }
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: `raw` is a live stream; `status` is a valid out pointer.
         if unsafe { drv!(cuStreamIsCapturing(self.raw, &mut status)) }.is_err()
             || status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
         {
-            return;
+            return true;
         }
         let mut graph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (or invalidated); ending it is legal here because
         // builders that capture in Global/ThreadLocal mode are `!Send`, so this runs on the thread
         // that began the capture.
-        let _ = unsafe { drv!(cuStreamEndCapture(self.raw, &mut graph)) };
+        let ended = unsafe { drv!(cuStreamEndCapture(self.raw, &mut graph)) };
         if !graph.is_null() && !into_own_graph {
             // SAFETY: a graph made by `cuStreamBeginCapture` is owned by whoever ends the capture,
             // here us, and nothing else refers to it.
             unsafe { drv_drop!(cuGraphDestroy(graph)) };
         }
+        ended.is_ok()
     }
 }
 
 impl Drop for StreamHandle {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: the stream was created in `new` and is destroyed exactly once, here; pending
-            // work completes before the driver frees it.
-            unsafe { drv_drop!(cuStreamDestroy_v2(self.raw)) };
-        }
+        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
+        release::destroy(move || {
+            if ctx.bind().is_ok() {
+                // SAFETY: the stream was created in `new` and is destroyed exactly once, here;
+                // pending work completes before the driver frees it.
+                unsafe { drv_drop!(cuStreamDestroy_v2(raw.get())) };
+            }
+        });
     }
 }

@@ -3,47 +3,19 @@
 //! A value that a node refers to (a buffer, a module, a callback closure, a child graph) is boxed
 //! and handed to the driver as a user object moved into the graph. Instantiation carries the
 //! reference to each exec. When the last graph and exec let go, the driver calls [`destroy`],
-//! which must not call CUDA: it only sends the box to a reaper thread, which drops it (and so may
-//! free device memory) outside the driver's callback. The reaper runs in relaxed capture mode, so
-//! a release never invalidates a `Global` capture that another thread is recording.
+//! which must not call CUDA: it only hands the box to the release thread ([`super::release`]),
+//! which drops it (and so may free device memory) once no capture is active.
 
 use std::any::Any;
 use std::ffi::c_void;
-use std::sync::mpsc::{self, Sender};
-use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
-use super::drv;
+use super::{drv, release};
 use crate::error::{Error, Result};
 
 /// What a graph keeps alive.
 pub(crate) type KeepAlive = Box<dyn Any + Send + Sync>;
-
-static REAPER: OnceLock<Option<Sender<KeepAlive>>> = OnceLock::new();
-
-fn reaper() -> Option<&'static Sender<KeepAlive>> {
-    REAPER
-        .get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<KeepAlive>();
-            std::thread::Builder::new()
-                .name("cuda-graph-release".into())
-                .spawn(move || {
-                    // Dropping a value may free device memory. In the default (global) mode that
-                    // call would invalidate a `Global` capture running on another thread at the
-                    // time; the release thread's calls never touch a capture, so it relaxes them.
-                    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-                    // SAFETY: only sets this thread's capture interaction mode; `mode` is valid.
-                    let _ = unsafe { drv!(cuThreadExchangeStreamCaptureMode(&mut mode)) };
-                    for value in rx {
-                        drop(value);
-                    }
-                })
-                .ok()
-                .map(|_| tx)
-        })
-        .as_ref()
-}
 
 unsafe extern "C" fn destroy(ptr: *mut c_void) {
     // SAFETY: `ptr` is the `Box<KeepAlive>` leaked in `retain`, and the driver calls the
@@ -51,20 +23,14 @@ unsafe extern "C" fn destroy(ptr: *mut c_void) {
     let value: Box<KeepAlive> = unsafe { Box::from_raw(ptr.cast()) };
     // Never drop here (that could call CUDA from a driver callback) and never unwind.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        if let Some(tx) = reaper() {
-            if let Err(mpsc::SendError(v)) = tx.send(*value) {
-                std::mem::forget(v);
-            }
-        } else {
-            std::mem::forget(value);
-        }
+        release::later(Box::new(move || drop(value)));
     }));
 }
 
 /// Moves `value` into `graph` as a user object: it lives until `graph` and every exec made from
 /// it (and from its clones) are destroyed. The graph's context must be current.
 pub(crate) fn retain(graph: sys::CUgraph, value: KeepAlive) -> Result<()> {
-    if reaper().is_none() {
+    if !release::available() {
         return Err(Error::InvalidArgument(
             "cannot start the thread that releases graph-owned resources".into(),
         ));

@@ -229,7 +229,7 @@ impl Graph {
     }
 
     /// Updates the exec's node parameters from `source` — an ended primary builder or a
-    /// [`GraphDefinition`](crate::GraphDefinition) with the same topology
+    /// `GraphDefinition` with the same topology
     /// (`cuGraphExecUpdate_v2`).
     ///
     /// On failure the error names the reason (e.g. [`UpdateFailure::TopologyChanged`]) and the

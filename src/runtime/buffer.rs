@@ -76,9 +76,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         Device::from_ctx(&self.alloc.ctx)
     }
 
-    /// Copies the buffer back to the host (synchronous: waits for prior work on the device).
+    /// Copies the buffer back to the host. Synchronous: waits for all work queued on the device
+    /// (on every stream) first, then copies.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.alloc.ctx.bind()?;
+        // SAFETY: the context is current.
+        unsafe { drv!(cuCtxSynchronize()) }?;
         let mut out = Vec::<T>::with_capacity(self.len);
         // SAFETY: `out` has room for `len` elements = `bytes` bytes; the driver writes all of them
         // before returning, and any bit pattern is a valid `T` (`DeviceCopy`).
@@ -93,7 +96,9 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         Ok(out)
     }
 
-    /// Overwrites the buffer with `data` (synchronous). The lengths must match.
+    /// Overwrites the buffer with `data`. Synchronous: waits for all work queued on the device,
+    /// copies, and waits for the copy, so any stream sees the new contents. The lengths must
+    /// match.
     pub fn copy_from(&self, data: &[T]) -> Result<()> {
         if data.len() != self.len {
             return Err(Error::InvalidArgument(format!(
@@ -103,13 +108,18 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             )));
         }
         self.alloc.ctx.bind()?;
-        // SAFETY: `data` holds exactly `bytes` readable bytes; the copy is synchronous.
+        // SAFETY: the context is current; `data` holds exactly `bytes` readable bytes and is
+        // read before `cuMemcpyHtoD_v2` returns.
         unsafe {
+            drv!(cuCtxSynchronize())?;
             drv!(cuMemcpyHtoD_v2(
                 self.alloc.ptr,
                 data.as_ptr().cast(),
                 self.alloc.bytes
-            ))
+            ))?;
+            // The copy may still be in flight on the legacy stream, which does not order with
+            // non-blocking streams.
+            drv!(cuCtxSynchronize())
         }
     }
 

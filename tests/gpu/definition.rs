@@ -339,12 +339,17 @@ fn event_record_node_records_after_its_dependencies(gpu: &Gpu) -> TestResult {
     let r = def.add_event_record(&[&f], &event)?;
     assert_eq!(def.node_type(&r)?, NodeType::EventRecord);
     let g = def.instantiate(&GraphCompleteOptions::default())?;
-    let stream = gpu.stream();
-    g.launch(&stream)?;
-    // The event completes only once the fill has run (200 ms in).
-    event.synchronize()?;
-    assert_eq!(buf.to_vec()?, [7], "the event was recorded after the fill");
-    stream.synchronize()?;
+    let (s1, s2) = (gpu.stream(), gpu.stream());
+    g.launch(&s1)?;
+    // Work on another stream that waits for the event runs after the fill (200 ms in): it
+    // doubles 7. Had the event not been recorded after the fill, it would run at once (0 * 2)
+    // and the fill would leave 7.
+    s2.wait(&event)?;
+    // SAFETY: affine(int*, int, int) on one int.
+    unsafe { s2.launch(&gpu.f("affine"), one(), &args![&buf, 2i32, 0i32])? };
+    s2.synchronize()?;
+    s1.synchronize()?;
+    assert_eq!(buf.to_vec()?, [14], "the event was recorded after the fill");
     Ok(())
 }
 
