@@ -391,19 +391,35 @@ impl GraphDefinition {
         }
         self.same_device(&dst.alloc.ctx, "destination buffer")?;
         self.same_device(&src.alloc.ctx, "source buffer")?;
-        // SAFETY: a zeroed CUDA_MEMCPY3D is valid plain C data; the used fields are set below.
-        let mut copy: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-        copy.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        copy.srcDevice = src.device_ptr();
-        copy.srcPitch = src.byte_len();
-        copy.srcHeight = 1;
-        copy.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        copy.dstDevice = dst.device_ptr();
-        copy.dstPitch = dst.byte_len();
-        copy.dstHeight = 1;
-        copy.WidthInBytes = dst.byte_len();
-        copy.Height = 1;
-        copy.Depth = 1;
+        // Every field spelled out: zeroing is not valid here (`CUmemorytype` has no 0 value).
+        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        let copy = sys::CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: device,
+            srcHost: std::ptr::null(),
+            srcDevice: src.device_ptr(),
+            srcArray: std::ptr::null_mut(),
+            reserved0: std::ptr::null_mut(),
+            srcPitch: src.byte_len(),
+            srcHeight: 1,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: device,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst.device_ptr(),
+            dstArray: std::ptr::null_mut(),
+            reserved1: std::ptr::null_mut(),
+            dstPitch: dst.byte_len(),
+            dstHeight: 1,
+            WidthInBytes: dst.byte_len(),
+            Height: 1,
+            Depth: 1,
+        };
         let keep: KeepAlive = Box::new((dst.alloc.clone(), src.alloc.clone()));
         let ctx = self.handle().ctx.raw;
         self.add_node_with(deps, &[], Some(keep), |g, d, n, out| {
