@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
-use super::release::{self, SendPtr};
+use super::release;
 use super::{drv, drv_drop};
 use crate::error::Result;
 
@@ -37,12 +37,9 @@ impl EventHandle {
 
 impl Drop for EventHandle {
     fn drop(&mut self) {
-        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
-        release::destroy(move || {
-            if ctx.bind().is_ok() {
-                // SAFETY: created in `new`, destroyed exactly once here.
-                unsafe { drv_drop!(cuEventDestroy_v2(raw.get())) };
-            }
+        // SAFETY: created in `new`, destroyed exactly once, here.
+        release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
+            drv_drop!(cuEventDestroy_v2(raw))
         });
     }
 }

@@ -1,22 +1,21 @@
 //! Graph and graph-exec handles.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
-
-static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-fn next_id() -> u64 {
-    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use super::release::{self, SendPtr};
+use super::release;
 use super::{drv, drv_drop};
 use crate::error::Result;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
 
 /// A `CUgraph`: owned (destroyed on drop) or a body owned by a node of another graph, which this
 /// handle then keeps alive.
@@ -170,13 +169,10 @@ impl Drop for GraphHandle {
         if self.owner.is_some() || self.disowned.load(Ordering::Acquire) {
             return;
         }
-        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
-        release::destroy(move || {
-            if ctx.bind().is_ok() {
-                // SAFETY: an owned graph is destroyed exactly once, here. Execs instantiated from
-                // it do not depend on it.
-                unsafe { drv_drop!(cuGraphDestroy(raw.get())) };
-            }
+        // SAFETY: an owned graph is destroyed exactly once, here. Execs instantiated from it do
+        // not depend on it.
+        release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
+            drv_drop!(cuGraphDestroy(raw))
         });
     }
 }
@@ -196,14 +192,11 @@ unsafe impl Sync for ExecHandle {}
 
 impl Drop for ExecHandle {
     fn drop(&mut self) {
-        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
-        release::destroy(move || {
-            if ctx.bind().is_ok() {
-                // SAFETY: the exec was wrapped once after a successful instantiate and is
-                // destroyed exactly once, here. The driver defers the free until pending launches
-                // finish, and the user objects it holds are released after that.
-                unsafe { drv_drop!(cuGraphExecDestroy(raw.get())) };
-            }
+        // SAFETY: the exec was wrapped once after a successful instantiate and is destroyed
+        // exactly once, here. The driver defers the free until pending launches finish, and the
+        // user objects it holds are released after that.
+        release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
+            drv_drop!(cuGraphExecDestroy(raw))
         });
     }
 }

@@ -40,12 +40,9 @@ impl DeviceAlloc {
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        let (ctx, ptr) = (self.ctx.clone(), self.ptr);
-        release::destroy(move || {
-            if ctx.bind().is_ok() {
-                // SAFETY: allocated in `zeroed`, freed exactly once here.
-                unsafe { drv_drop!(cuMemFree_v2(ptr)) };
-            }
+        // SAFETY: allocated in `zeroed`, freed exactly once, here.
+        release::destroy_in(&self.ctx, self.ptr, |ptr| unsafe {
+            drv_drop!(cuMemFree_v2(ptr))
         });
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
-use super::release::{self, SendPtr};
+use super::release;
 use super::{drv, drv_drop};
 use crate::error::Result;
 
@@ -39,12 +39,9 @@ impl ModuleHandle {
 
 impl Drop for ModuleHandle {
     fn drop(&mut self) {
-        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
-        release::destroy(move || {
-            if ctx.bind().is_ok() {
-                // SAFETY: loaded in `load`, unloaded exactly once here.
-                unsafe { drv_drop!(cuModuleUnload(raw.get())) };
-            }
+        // SAFETY: loaded in `load`, unloaded exactly once, here.
+        release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
+            drv_drop!(cuModuleUnload(raw))
         });
     }
 }

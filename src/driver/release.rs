@@ -8,10 +8,11 @@
 //! call CUDA itself), and runs in relaxed capture mode.
 
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
+use super::context::PrimaryContext;
 use super::drv;
 
 /// Work for the release thread.
@@ -91,6 +92,17 @@ pub(crate) fn destroy(job: impl FnOnce() + Send + 'static) {
     }
 }
 
+/// A handle's destructor: makes `ctx` current and calls `destroy(raw)`, now or (while a capture
+/// is active) on the release thread. `destroy` must destroy `raw` exactly once.
+pub(crate) fn destroy_in<T: 'static>(ctx: &Arc<PrimaryContext>, raw: T, destroy: fn(T)) {
+    let (ctx, raw) = (ctx.clone(), SendPtr(raw));
+    self::destroy(move || {
+        if ctx.bind().is_ok() {
+            destroy(raw.into_inner());
+        }
+    });
+}
+
 /// Marks a capture as active for as long as it lives.
 #[derive(Debug)]
 pub(crate) struct CaptureActive(());
@@ -116,14 +128,14 @@ impl Drop for CaptureActive {
 }
 
 /// A raw driver handle moved into a deferred destructor.
-pub(crate) struct SendPtr<T>(pub(crate) T);
+struct SendPtr<T>(T);
 // SAFETY: driver handles are plain pointers that the driver lets any thread use; the wrapper only
 // moves one into the job that destroys it.
 unsafe impl<T> Send for SendPtr<T> {}
 
-impl<T: Copy> SendPtr<T> {
+impl<T> SendPtr<T> {
     /// The handle (a method, so closures capture the whole `Send` wrapper).
-    pub(crate) fn get(&self) -> T {
+    fn into_inner(self) -> T {
         self.0
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
-use super::release::{self, SendPtr};
+use super::release;
 use super::{drv, drv_drop};
 use crate::error::Result;
 
@@ -75,13 +75,10 @@ impl StreamHandle {
 
 impl Drop for StreamHandle {
     fn drop(&mut self) {
-        let (ctx, raw) = (self.ctx.clone(), SendPtr(self.raw));
-        release::destroy(move || {
-            if ctx.bind().is_ok() {
-                // SAFETY: the stream was created in `new` and is destroyed exactly once, here;
-                // pending work completes before the driver frees it.
-                unsafe { drv_drop!(cuStreamDestroy_v2(raw.get())) };
-            }
+        // SAFETY: created in `new`, destroyed exactly once, here; the driver lets pending work
+        // finish first.
+        release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
+            drv_drop!(cuStreamDestroy_v2(raw))
         });
     }
 }
