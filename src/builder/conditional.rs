@@ -71,14 +71,57 @@ pub(crate) fn create_handle(
     })
 }
 
-/// The parameters of a conditional node in `graph` with `size` bodies; checks that the handle
-/// belongs to `graph` and that there is at least one body.
+/// The four conditional node kinds, shared by builders and definitions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CondKind {
+    If,
+    IfElse,
+    Switch(u32),
+    While,
+}
+
+impl CondKind {
+    fn ty(self) -> sys::CUgraphConditionalNodeType {
+        use sys::CUgraphConditionalNodeType::*;
+        match self {
+            CondKind::If | CondKind::IfElse => CU_GRAPH_COND_TYPE_IF,
+            CondKind::Switch(_) => CU_GRAPH_COND_TYPE_SWITCH,
+            CondKind::While => CU_GRAPH_COND_TYPE_WHILE,
+        }
+    }
+
+    /// The number of bodies.
+    pub(crate) fn size(self) -> u32 {
+        match self {
+            CondKind::If | CondKind::While => 1,
+            CondKind::IfElse => 2,
+            CondKind::Switch(n) => n,
+        }
+    }
+
+    /// Fails with [`Error::Unsupported`] when the driver is too old for this kind.
+    pub(crate) fn require(self) -> Result<()> {
+        let (feature, needs) = match self {
+            CondKind::If => ("conditional IF nodes", DriverVersion::V12_3),
+            CondKind::While => ("conditional WHILE nodes", DriverVersion::V12_3),
+            CondKind::IfElse => (
+                "conditional IF nodes with an ELSE body",
+                DriverVersion::V12_8,
+            ),
+            CondKind::Switch(_) => ("conditional SWITCH nodes", DriverVersion::V12_8),
+        };
+        driver::require(feature, needs)
+    }
+}
+
+/// The parameters of a conditional node of `kind` in `graph`; checks that the handle belongs to
+/// `graph` and that there is at least one body.
 pub(crate) fn node_params(
     graph: &GraphHandle,
     handle: &ConditionalHandle,
-    ty: sys::CUgraphConditionalNodeType,
-    size: u32,
+    kind: CondKind,
 ) -> Result<sys::CUgraphNodeParams> {
+    let (ty, size) = (kind.ty(), kind.size());
     if handle.graph_id != graph.id {
         return Err(Error::ForeignConditionalHandle);
     }
@@ -173,16 +216,17 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     fn conditional(
         &self,
         handle: &ConditionalHandle,
-        ty: sys::CUgraphConditionalNodeType,
-        size: u32,
-        feature: &'static str,
-        needs: DriverVersion,
+        kind: CondKind,
     ) -> Result<Vec<GraphBuilder<ConditionalBody<'_>, NotStarted>>>
     where
         S: IsCapturing,
     {
-        let graph = self.conditional_graph(feature, needs)?.clone();
-        let mut params = node_params(&graph, handle, ty, size)?;
+        kind.require()?;
+        let graph = self
+            .conditional_graph("conditional nodes in a capture", DriverVersion::V12_3)?
+            .clone();
+        let mut params = node_params(&graph, handle, kind)?;
+        let size = kind.size();
         let bodies = {
             let mut tree = graph.lock();
             let node = self.core.add_node(&mut params)?;
@@ -218,13 +262,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     where
         S: IsCapturing,
     {
-        let mut v = self.conditional(
-            handle,
-            sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
-            1,
-            "conditional IF nodes",
-            DriverVersion::V12_3,
-        )?;
+        let mut v = self.conditional(handle, CondKind::If)?;
         v.pop()
             .ok_or_else(|| Error::InvalidArgument("no body".into()))
     }
@@ -242,13 +280,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     where
         S: IsCapturing,
     {
-        let mut v = self.conditional(
-            handle,
-            sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
-            2,
-            "conditional IF nodes with an ELSE body",
-            DriverVersion::V12_8,
-        )?;
+        let mut v = self.conditional(handle, CondKind::IfElse)?;
         let else_body = v.pop();
         let then_body = v.pop();
         match (then_body, else_body) {
@@ -267,13 +299,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     where
         S: IsCapturing,
     {
-        self.conditional(
-            handle,
-            sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH,
-            n,
-            "conditional SWITCH nodes",
-            DriverVersion::V12_8,
-        )
+        self.conditional(handle, CondKind::Switch(n))
     }
 
     /// Adds a WHILE node: its body runs again and again while the handle's value is non-zero
@@ -286,13 +312,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     where
         S: IsCapturing,
     {
-        let mut v = self.conditional(
-            handle,
-            sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
-            1,
-            "conditional WHILE nodes",
-            DriverVersion::V12_3,
-        )?;
+        let mut v = self.conditional(handle, CondKind::While)?;
         v.pop()
             .ok_or_else(|| Error::InvalidArgument("no body".into()))
     }

@@ -1,15 +1,11 @@
 //! Conditional nodes of a definition: IF, IF/ELSE, WHILE, SWITCH, with definitions as bodies.
 
-use cudarc::driver::sys;
-
 use super::node::{self, GraphNode};
 use super::GraphDefinition;
-use crate::builder::conditional::{body_graphs, node_params, register_bodies};
-use crate::driver::{self, drv, DriverVersion};
+use crate::builder::conditional::{body_graphs, node_params, register_bodies, CondKind};
+use crate::driver::drv;
 use crate::error::{Error, Result};
 use crate::ConditionalHandle;
-
-type Cond = sys::CUgraphConditionalNodeType;
 
 impl GraphDefinition {
     /// Adds a conditional node with `size` bodies after `deps` (`cuGraphAddNode_v2`) and returns
@@ -18,14 +14,12 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         handle: &ConditionalHandle,
-        ty: Cond,
-        size: u32,
-        feature: &'static str,
-        needs: DriverVersion,
+        kind: CondKind,
     ) -> Result<(GraphNode, Vec<GraphDefinition>)> {
-        driver::require(feature, needs)?;
+        kind.require()?;
         let graph = self.handle();
-        let mut params = node_params(graph, handle, ty, size)?;
+        let mut params = node_params(graph, handle, kind)?;
+        let size = kind.size();
         let mut locked = self.lock()?;
         let raw_deps = node::check_all(&locked.tree, graph.id, deps)?;
         let mut out = std::ptr::null_mut();
@@ -77,14 +71,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         handle: &ConditionalHandle,
     ) -> Result<(GraphNode, GraphDefinition)> {
-        let (node, mut bodies) = self.add_conditional(
-            deps,
-            handle,
-            Cond::CU_GRAPH_COND_TYPE_IF,
-            1,
-            "conditional IF nodes",
-            DriverVersion::V12_3,
-        )?;
+        let (node, mut bodies) = self.add_conditional(deps, handle, CondKind::If)?;
         let body = bodies.pop().ok_or_else(no_body)?;
         Ok((node, body))
     }
@@ -104,14 +91,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         handle: &ConditionalHandle,
     ) -> Result<(GraphNode, GraphDefinition, GraphDefinition)> {
-        let (node, mut bodies) = self.add_conditional(
-            deps,
-            handle,
-            Cond::CU_GRAPH_COND_TYPE_IF,
-            2,
-            "conditional IF nodes with an ELSE body",
-            DriverVersion::V12_8,
-        )?;
+        let (node, mut bodies) = self.add_conditional(deps, handle, CondKind::IfElse)?;
         let else_body = bodies.pop().ok_or_else(no_body)?;
         let then_body = bodies.pop().ok_or_else(no_body)?;
         Ok((node, then_body, else_body))
@@ -133,14 +113,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         handle: &ConditionalHandle,
     ) -> Result<(GraphNode, GraphDefinition)> {
-        let (node, mut bodies) = self.add_conditional(
-            deps,
-            handle,
-            Cond::CU_GRAPH_COND_TYPE_WHILE,
-            1,
-            "conditional WHILE nodes",
-            DriverVersion::V12_3,
-        )?;
+        let (node, mut bodies) = self.add_conditional(deps, handle, CondKind::While)?;
         let body = bodies.pop().ok_or_else(no_body)?;
         Ok((node, body))
     }
@@ -167,14 +140,7 @@ impl GraphDefinition {
                 "a SWITCH node needs at least one branch".into(),
             ));
         }
-        self.add_conditional(
-            deps,
-            handle,
-            Cond::CU_GRAPH_COND_TYPE_SWITCH,
-            n,
-            "conditional SWITCH nodes",
-            DriverVersion::V12_8,
-        )
+        self.add_conditional(deps, handle, CondKind::Switch(n))
     }
 }
 
