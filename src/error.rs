@@ -60,8 +60,8 @@ pub enum InstantiateFailure {
     InvalidStructure,
     /// `CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE`: the graph's structure cannot be instantiated.
     InvalidGraphStructure,
-    /// `CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED`: device launch was asked for a graph with
-    /// operations device launch does not support.
+    /// `CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED`: a node's operation is not allowed
+    /// where it is — in a device-launchable graph, or in a conditional body (e.g. a host node).
     NodeOperationNotSupported,
     /// `CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED`: device launch across several contexts.
     MultipleContextsNotSupported,
@@ -80,7 +80,7 @@ impl fmt::Display for InstantiateFailure {
                 "the graph structure is invalid (CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE)"
             }
             Self::NodeOperationNotSupported => {
-                "a node's operation is not supported for device launch (CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED)"
+                "a node's operation is not allowed where it is: in a device-launchable graph or a conditional body (CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED)"
             }
             Self::MultipleContextsNotSupported => {
                 "device launch does not support several contexts (CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED)"
@@ -262,5 +262,59 @@ impl Error {
     /// The driver's `CUresult` code, if this error came from a driver call.
     pub fn code(&self) -> Option<u32> {
         self.driver_error().map(|e| e.code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_errors_read_like_the_driver() {
+        let e = Error::Driver(DriverError {
+            call: "cuModuleLoadData",
+            code: 218,
+            name: "CUDA_ERROR_INVALID_PTX".into(),
+            description: "a PTX JIT compilation failed".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed"
+        );
+        assert_eq!(e.code(), Some(218));
+        assert_eq!(
+            e.driver_error().map(|d| d.result()),
+            Some(sys::CUresult::CUDA_ERROR_INVALID_PTX)
+        );
+    }
+
+    #[test]
+    fn unsupported_names_the_feature_and_versions() {
+        let e = Error::Unsupported {
+            feature: "conditional SWITCH nodes",
+            needs: DriverVersion::V12_8,
+            driver: DriverVersion(12040),
+        };
+        assert_eq!(
+            e.to_string(),
+            "conditional SWITCH nodes needs CUDA driver 12.8 or newer, but the installed driver is 12.4"
+        );
+        assert_eq!(e.code(), None);
+    }
+
+    #[test]
+    fn failure_reasons_name_the_driver_constant() {
+        let u = Error::Update {
+            reason: UpdateFailure::TopologyChanged,
+            source: None,
+        };
+        assert!(u
+            .to_string()
+            .contains("CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED"));
+        let i = Error::Instantiate {
+            reason: InstantiateFailure::ConditionalHandleUnused,
+            source: None,
+        };
+        assert!(i.to_string().contains("CONDITIONAL_HANDLE_UNUSED"));
     }
 }

@@ -55,6 +55,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         Needs::Gpu,
         callback_panic_is_caught,
     ),
+    (
+        "fork::failed_join_leaves_nothing_dangling",
+        Needs::Gpu,
+        failed_join_leaves_nothing_dangling,
+    ),
 ];
 
 fn run(gpu: &Gpu, g: &Graph) -> TestResult {
@@ -296,5 +301,38 @@ fn callback_panic_is_caught(gpu: &Gpu) -> TestResult {
         Some("boom in a host callback")
     );
     assert!(matches!(cb.check(), Err(Error::CallbackPanicked(_))));
+    Ok(())
+}
+
+/// A join into an invalidated capture fails part-way: the error comes back, the other forks still
+/// join as they drop, the parent's end reports the invalidation, and every stream works after.
+fn failed_join_leaves_nothing_dangling(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.stream();
+    let p = s.create_graph_builder().begin_building(Global)?;
+    let forks = p.split::<3>()?;
+    let fork_streams: Vec<Stream> = forks.iter().map(|f| f.stream().clone()).collect();
+    // SAFETY: add_one(int*).
+    unsafe { forks[0].launch(&add_one, one(), &args![&buf])? };
+    // Synchronising a capturing stream invalidates the whole capture.
+    assert!(p.stream().synchronize().is_err());
+    let joined = p.join(forks);
+    assert!(joined.is_err(), "joining into an invalidated capture fails");
+    match p.end_building() {
+        Err(Error::CaptureInvalidated(_)) => {}
+        other => return Err(format!("expected CaptureInvalidated, got {other:?}").into()),
+    }
+    for st in fork_streams.iter().chain([&s]) {
+        assert!(!st.is_capturing()?, "no stream is left capturing");
+        // SAFETY: add_one(int*).
+        unsafe { st.launch(&add_one, one(), &args![&buf])? };
+        st.synchronize()?;
+    }
+    assert_eq!(
+        buf.to_vec()?,
+        [4],
+        "the discarded capture never ran; the four streams did"
+    );
     Ok(())
 }
