@@ -10,7 +10,6 @@ use super::state::IsCapturing;
 use super::state::State;
 use super::GraphBuilder;
 use crate::driver::drv;
-use crate::driver::user_object::KeepAlive;
 use crate::error::{Error, Result};
 
 type Closure = Box<dyn FnMut() + Send>;
@@ -113,7 +112,7 @@ impl HostCallback {
 /// nodes.
 pub(crate) struct PreparedCallback {
     /// What the graph must keep alive (a user object) while the node can run.
-    pub(crate) keep: KeepAlive,
+    pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
     /// The observer handed to the user.
     pub(crate) observer: HostCallback,
     /// The host function the node calls with `user_data`; it never unwinds, never calls CUDA.
@@ -138,7 +137,7 @@ where
         },
         func: trampoline,
         user_data: Arc::as_ptr(&state) as *mut c_void,
-        keep: Box::new(state),
+        keep: state,
     }
 }
 
@@ -169,15 +168,19 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             user_data: ptr,
         } = prepare(f);
         let stream = &self.core.stream;
-        if !stream.keep_alive_in_capture(|| state)? {
-            // Not capturing any more (invalidated): nothing would own the closure.
-            return Err(self.core.status().err().unwrap_or_else(|| {
-                Error::InvalidArgument("the builder's stream is not capturing".into())
-            }));
-        }
-        // SAFETY: `ptr` stays valid as long as the graph holds the state (above); the trampoline
-        // never unwinds and never calls CUDA.
-        unsafe { drv!(cuLaunchHostFunc(stream.raw(), Some(func), ptr)) }?;
+        stream.enqueue(|rec| {
+            if !rec.capturing() {
+                // Not capturing any more (invalidated): nothing would own the closure.
+                self.core.status()?;
+                return Err(Error::InvalidArgument(
+                    "the builder's stream is not capturing".into(),
+                ));
+            }
+            rec.keep_dyn(&state);
+            // SAFETY: `ptr` stays valid as long as the graph holds the state (above); the
+            // trampoline never unwinds and never calls CUDA.
+            unsafe { drv!(cuLaunchHostFunc(stream.raw(), Some(func), ptr)) }
+        })?;
         Ok(observer)
     }
 }

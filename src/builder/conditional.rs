@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
-use super::core::{Core, Target};
+use super::core::Core;
 use super::kind::{ConditionalBody, Kind};
 use super::state::State;
 use super::state::{IsCapturing, NotStarted};
@@ -114,6 +114,11 @@ impl CondKind {
     }
 }
 
+/// The most bodies a SWITCH node may have here. The driver makes every body graph at once
+/// (2^20 bodies take it 0.6 s on an H200), and each body is a builder or definition of its own:
+/// a larger count is almost certainly a mistake, refused before any driver work.
+pub const MAX_SWITCH_BODIES: u32 = 1 << 16;
+
 /// The parameters of a conditional node of `kind` in `graph`; checks that the handle belongs to
 /// `graph` and that there is at least one body.
 pub(crate) fn node_params(
@@ -129,6 +134,11 @@ pub(crate) fn node_params(
         return Err(Error::InvalidArgument(
             "a conditional node needs at least one body".into(),
         ));
+    }
+    if size > MAX_SWITCH_BODIES {
+        return Err(Error::InvalidArgument(format!(
+            "a SWITCH node of {size} bodies: at most {MAX_SWITCH_BODIES} are supported"
+        )));
     }
     // SAFETY: zeroed node parameters are valid plain C data; the used fields are set below.
     let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
@@ -179,23 +189,13 @@ pub(crate) fn register_bodies(
 
 /// While capturing: conditional nodes.
 impl<K: Kind, S: State> GraphBuilder<K, S> {
-    fn conditional_graph(
-        &self,
-        feature: &'static str,
-        needs: DriverVersion,
-    ) -> Result<&Arc<GraphHandle>>
+    fn conditional_graph(&self) -> Result<&Arc<GraphHandle>>
     where
         S: IsCapturing,
     {
-        driver::require(feature, needs)?;
-        match (&self.core.graph, self.core.target) {
-            (Some(g), Target::OwnGraph) => Ok(g),
-            _ => Err(Error::Unsupported {
-                feature,
-                needs: DriverVersion::V12_3,
-                driver: driver::loaded()?,
-            }),
-        }
+        self.core.graph.as_ref().ok_or_else(|| {
+            Error::InvalidArgument("the builder's stream is not capturing".into())
+        })
     }
 
     /// Creates a conditional handle in this builder's graph (`cuGraphConditionalHandleCreate`).
@@ -206,13 +206,14 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     where
         S: IsCapturing,
     {
-        let graph = self.conditional_graph("conditional handles", DriverVersion::V12_3)?;
+        let graph = self.conditional_graph()?;
         let _tree = graph.lock();
         create_handle(graph, default)
     }
 
     /// Adds a conditional node with `size` bodies after the capture's current work, and returns
-    /// one `NotStarted` body builder per body graph.
+    /// one `NotStarted` body builder per body graph. A body gets its stream when its capture
+    /// begins.
     fn conditional(
         &self,
         handle: &ConditionalHandle,
@@ -222,33 +223,32 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         kind.require()?;
-        let graph = self
-            .conditional_graph("conditional nodes in a capture", DriverVersion::V12_3)?
-            .clone();
+        let graph = self.conditional_graph()?.clone();
         let mut params = node_params(&graph, handle, kind)?;
         let size = kind.size();
-        let bodies = {
-            let mut tree = graph.lock();
-            let node = self.core.add_node(&mut params)?;
+        let bodies = self.core.stream.enqueue(|rec| {
+            let node = self.core.add_node(rec, &mut params)?;
             let raws = body_graphs(&params, size)?;
-            register_bodies(&mut tree, &graph, node, raws)
-        };
-        let device = self.core.stream.device();
-        bodies
+            let tree = rec.tree.as_deref_mut().ok_or_else(|| {
+                Error::InvalidArgument("the builder's stream is not capturing".into())
+            })?;
+            Ok(register_bodies(tree, &graph, node, raws))
+        })?;
+        Ok(bodies
             .into_iter()
             .map(|body| {
-                let mut core = Core::new(device.create_stream()?);
+                let mut core = Core::new(self.core.stream.clone());
                 core.graph = Some(body);
-                core.target = Target::OwnGraph;
-                Ok(GraphBuilder {
+                core.new_stream_on_begin = true;
+                GraphBuilder {
                     core,
                     kind: ConditionalBody {
                         _parent: PhantomData,
                     },
                     state: NotStarted,
-                })
+                }
             })
-            .collect()
+            .collect())
     }
 
     /// Adds an IF node: its body runs when the handle's value is non-zero. Needs driver 12.3.
@@ -290,7 +290,8 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     }
 
     /// Adds a SWITCH node with `n` bodies: body `i` runs when the value is `i`; a value `>= n` runs
-    /// none. Needs driver 12.8. `n == 0` is an [`Error::InvalidArgument`].
+    /// none. Needs driver 12.8. `n == 0` and `n >` [`MAX_SWITCH_BODIES`] are an
+    /// [`Error::InvalidArgument`], refused before any driver work.
     pub fn switch(
         &self,
         handle: &ConditionalHandle,

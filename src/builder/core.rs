@@ -4,21 +4,12 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
-use crate::driver::graph::GraphHandle;
-use crate::driver::release::CaptureActive;
+use crate::driver::graph::{next_id, GraphHandle, TreeState};
+use crate::driver::release::{CaptureActive, Restricts};
+use crate::driver::stream::CaptureLink;
 use crate::driver::{self, drv, DriverVersion};
 use crate::error::{Error, Result};
-use crate::runtime::{Event, Stream};
-
-/// How a capture ends up in a graph.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// `cuStreamBeginCapture_v2`: the driver makes the graph, handed over at the end (drivers
-    /// before 12.3).
-    DriverGraph,
-    /// `cuStreamBeginCaptureToGraph` into `Core::graph`, which this crate owns from the start.
-    OwnGraph,
-}
+use crate::runtime::{Event, Recording, Stream};
 
 /// The runtime part of a builder.
 ///
@@ -27,18 +18,27 @@ pub(crate) enum Target {
 #[derive(Debug)]
 pub struct Core {
     pub(crate) stream: Stream,
-    /// The capture target (`OwnGraph`), or the finished graph once ended.
+    /// The graph captured into (a new graph of this crate's, or a conditional body's), kept as
+    /// the finished graph once ended.
     pub(crate) graph: Option<Arc<GraphHandle>>,
-    pub(crate) target: Target,
+    /// This builder's own capture (a primary's or a body's; forks record into their parent's).
+    pub(crate) capture: Option<u64>,
     /// Whether this builder's stream is capturing and the capture still needs ending or joining.
     pub(crate) capturing: bool,
     /// For a fork: the stream it joins back into.
     pub(crate) join_into: Option<Stream>,
-    /// Held while this builder's own capture (not a fork's) is active; see `driver::release`.
+    /// Held while this builder's own capture is active; see `driver::release`.
     pub(crate) active: Option<CaptureActive>,
     /// Streams of forks that recorded into this capture; they must outlive it. Shared by a
     /// capture's root and all its forks.
     pub(crate) streams: Arc<Mutex<Vec<Stream>>>,
+    /// A conditional body gets a stream of its own only when its capture begins (until then
+    /// `stream` is its parent's, unused), so bodies that are never captured cost no stream.
+    pub(crate) new_stream_on_begin: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Core {
@@ -46,105 +46,118 @@ impl Core {
         Core {
             stream,
             graph: None,
-            target: Target::DriverGraph,
+            capture: None,
             capturing: false,
             join_into: None,
             active: None,
             streams: Arc::new(Mutex::new(Vec::new())),
+            new_stream_on_begin: false,
         }
     }
 
-    pub(crate) fn driver(&self) -> Result<DriverVersion> {
-        driver::loaded()
-    }
-
-    /// Begins capture on the stream: into `into` if given (a conditional body), else into a graph
-    /// of our own (12.3+), else into a driver-made graph.
+    /// Begins capture on the stream, into `into` if given (a conditional body), else into a new
+    /// graph of this crate's (`cuStreamBeginCaptureToGraph`, driver 12.3).
     pub(crate) fn begin(
         &mut self,
         mode: sys::CUstreamCaptureMode,
         into: Option<Arc<GraphHandle>>,
     ) -> Result<()> {
-        let active = CaptureActive::new();
-        let ctx = &self.stream.handle.ctx;
-        ctx.bind()?;
-        let raw = self.stream.raw();
-        let into = match into {
-            Some(g) => Some(g),
-            None if self.driver()? >= DriverVersion::V12_3 => Some(GraphHandle::create(ctx)?),
-            None => None,
-        };
-        match into {
-            Some(graph) => {
-                // Definitions of this graph (a conditional body's) keep off it while it captures.
-                graph.set_capturing();
-                // SAFETY: stream and graph are live; no dependencies are passed.
-                let begun = unsafe {
-                    drv!(cuStreamBeginCaptureToGraph(
-                        raw,
-                        graph.raw,
-                        std::ptr::null(),
-                        std::ptr::null(),
-                        0,
-                        mode
-                    ))
-                };
-                if let Err(e) = begun {
-                    graph.capture_ended(false);
-                    return Err(e);
-                }
-                self.graph = Some(graph);
-                self.target = Target::OwnGraph;
-            }
-            None => {
-                // SAFETY: the stream is live.
-                unsafe { drv!(cuStreamBeginCapture_v2(raw, mode)) }?;
-                self.target = Target::DriverGraph;
-            }
+        driver::require("stream capture into a graph (cuStreamBeginCaptureToGraph)", DriverVersion::V12_3)?;
+        if self.new_stream_on_begin {
+            self.stream = self.stream.device().create_stream()?;
+            self.new_stream_on_begin = false;
         }
+        let ctx = self.stream.handle.ctx.clone();
+        ctx.bind()?;
+        let graph = match into {
+            Some(g) => g,
+            None => GraphHandle::create(&ctx)?,
+        };
+        let id = next_id();
+        // Before the capture begins: from here on, destroys that would invalidate it wait.
+        let active = CaptureActive::new(Restricts::of(mode));
+        let mut slot = self.stream.handle.slot();
+        let mut tree = graph.lock();
+        if let Some(why) = &tree.broken {
+            return Err(Error::InvalidArgument(why.clone()));
+        }
+        // SAFETY: stream and graph are live, the graph's tree is locked; no dependencies.
+        unsafe {
+            drv!(cuStreamBeginCaptureToGraph(
+                self.stream.raw(),
+                graph.raw,
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+                mode
+            ))
+        }?;
+        tree.captures.insert(id, graph.id);
+        *slot = Some(CaptureLink {
+            graph: Arc::downgrade(&graph),
+            id,
+        });
+        drop(tree);
+        drop(slot);
+        self.graph = Some(graph);
+        self.capture = Some(id);
         self.capturing = true;
         self.active = Some(active);
         Ok(())
     }
 
-    /// Ends the capture. On any failure the capture is over, whatever it made is destroyed (unless
-    /// it belongs to a parent node) and the stream is usable.
+    /// Ends the capture. On any failure the capture is over, the stream is usable, and the graph
+    /// is marked as the driver left it (see [`Core::capture_failed`]).
     pub(crate) fn end(&mut self) -> Result<()> {
         self.stream.handle.ctx.bind()?;
-        let mut graph = std::ptr::null_mut();
-        // SAFETY: the stream is capturing (typestate) on this thread or in relaxed mode.
-        let ended = unsafe { drv!(cuStreamEndCapture(self.stream.raw(), &mut graph)) };
-        self.capturing = false;
+        let ended = self.finish_capture(false);
         let _active = self.active.take();
-        let mut destroyed = false;
-        let result = match ended {
-            Ok(()) => {
-                if self.target == Target::DriverGraph {
-                    self.graph = Some(Arc::new(GraphHandle::owned(&self.stream.handle.ctx, graph)));
-                }
-                self.release_streams();
-                Ok(())
-            }
+        self.release_streams();
+        ended
+    }
+
+    /// Ends this builder's own capture under the stream's slot and the tree's lock. With
+    /// `abandon`, the capture is being dropped: any status is accepted and nothing is returned
+    /// but the outcome.
+    fn finish_capture(&mut self, abandon: bool) -> Result<()> {
+        self.capturing = false;
+        let (Some(graph), Some(id)) = (self.graph.clone(), self.capture.take()) else {
+            return Ok(());
+        };
+        let mut slot = self.stream.handle.slot();
+        let mut tree = graph.lock();
+        let mut out = std::ptr::null_mut();
+        // SAFETY: the stream is capturing into `graph` (typestate; `!Send` builders end on their
+        // thread); the tree is locked.
+        let ended = unsafe { drv!(cuStreamEndCapture(self.stream.raw(), &mut out)) };
+        tree.captures.remove(&id);
+        *slot = None;
+        match ended {
+            Ok(()) => Ok(()),
             Err(e) => {
-                if !graph.is_null() && self.target == Target::DriverGraph {
-                    // SAFETY: the driver handed us this graph and nothing else refers to it.
-                    unsafe { crate::driver::drv_drop!(cuGraphDestroy(graph)) };
-                }
-                // A failed end destroys a graph captured into; ours must not destroy it again.
-                if let (Target::OwnGraph, Some(g)) = (self.target, &self.graph) {
-                    g.disown();
-                    destroyed = true;
-                }
+                Self::capture_failed(&graph, &mut tree);
+                drop(tree);
                 // In case the driver left the stream capturing.
-                self.stream
-                    .handle
-                    .abandon_capture(self.target == Target::OwnGraph);
-                self.release_streams();
+                self.stream.handle.abandon_capture(true);
+                let _ = abandon;
                 Err(capture_error(e))
             }
-        };
-        self.capture_over(destroyed);
-        result
+        }
+    }
+
+    /// A failed end destroys the graph captured into (driver 13.0). For a primary's graph the
+    /// handle must not destroy it again; for a conditional body's graph, which a node of the
+    /// parent owns, the whole tree is broken: instantiating it or destroying that node crashes
+    /// inside the driver, so the crate refuses the first and leaks the root graph.
+    fn capture_failed(graph: &GraphHandle, tree: &mut TreeState) {
+        tree.dead.insert(graph.id);
+        if graph.is_body() {
+            tree.broken.get_or_insert_with(|| {
+                "a conditional body's capture failed (it was invalidated, e.g. by a synchronize on its stream), and the driver destroyed the body graph: the graph holding that conditional node can no longer be instantiated, updated from, embedded or changed; capture it again".to_string()
+            });
+        } else {
+            graph.disown();
+        }
     }
 
     /// The capture's status: `Ok` while active, [`Error::CaptureInvalidated`] once invalidated.
@@ -164,26 +177,31 @@ impl Core {
         }
     }
 
-    /// The graph being captured into, with the dependencies of the capture's next node.
-    pub(crate) fn capture_info(
+    /// Adds a node to the capture graph after the capture's current dependencies, and makes it
+    /// the capture's only dependency, so later work runs after it. Call inside
+    /// [`Stream::enqueue`] on this builder's stream, with its [`Recording`].
+    pub(crate) fn add_node(
         &self,
-    ) -> Result<(
-        sys::CUgraph,
-        Vec<sys::CUgraphNode>,
-        Vec<sys::CUgraphEdgeData>,
-    )> {
-        driver::require("adding nodes to a capture", DriverVersion::V12_3)?;
-        self.stream.handle.ctx.bind()?;
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        rec: &Recording<'_>,
+        params: &mut sys::CUgraphNodeParams,
+    ) -> Result<sys::CUgraphNode> {
+        if !rec.capturing() {
+            self.status()?;
+            return Err(Error::InvalidArgument(
+                "the builder's stream is not capturing".into(),
+            ));
+        }
+        let mut status = 0u32;
         let mut graph = std::ptr::null_mut();
         let mut deps: *const sys::CUgraphNode = std::ptr::null();
         let mut edges: *const sys::CUgraphEdgeData = std::ptr::null();
         let mut n = 0usize;
-        // SAFETY: the stream is live; all out pointers are valid.
+        // SAFETY: the stream is live; all out pointers are valid. The status is written as the
+        // driver's 4-byte enum into a `u32`, never read as the Rust enum.
         unsafe {
             drv!(cuStreamGetCaptureInfo_v3(
                 self.stream.raw(),
-                &mut status,
+                (&mut status as *mut u32).cast::<sys::CUstreamCaptureStatus>(),
                 std::ptr::null_mut(),
                 &mut graph,
                 &mut deps,
@@ -191,33 +209,27 @@ impl Core {
                 &mut n
             ))
         }?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE as u32 {
             self.status()?;
         }
         fn copy<T: Copy>(p: *const T, n: usize) -> Vec<T> {
             if p.is_null() || n == 0 {
                 Vec::new()
             } else {
-                // SAFETY: the driver returns arrays of `n` entries valid until the next capture call;
-                // we copy them at once.
+                // SAFETY: the driver returns arrays of `n` entries valid until the next capture
+                // call on this stream; we copy them at once, under the stream's slot.
                 unsafe { std::slice::from_raw_parts(p, n) }.to_vec()
             }
         }
-        Ok((graph, copy(deps, n), copy(edges, n)))
-    }
-
-    /// Adds a node to the capture graph after the capture's current dependencies, and makes it the
-    /// capture's only dependency, so later work runs after it.
-    pub(crate) fn add_node(&self, params: &mut sys::CUgraphNodeParams) -> Result<sys::CUgraphNode> {
-        let (graph, deps, edges) = self.capture_info()?;
+        let (deps, edges) = (copy(deps, n), copy(edges, n));
         let mut node = std::ptr::null_mut();
         let edge_ptr = if edges.is_empty() {
             std::ptr::null()
         } else {
             edges.as_ptr()
         };
-        // SAFETY: `graph` is the live capture graph; `deps`/`edges` hold `deps.len()` entries;
-        // `params` is a valid, fully initialised parameter block.
+        // SAFETY: `graph` is the live capture graph, its tree locked (`rec`); `deps`/`edges`
+        // hold `deps.len()` entries; `params` is a valid, fully initialised parameter block.
         unsafe {
             drv!(cuGraphAddNode_v2(
                 &mut node,
@@ -248,9 +260,7 @@ impl Core {
     /// stream is kept alive until the capture ends. Runs at most once.
     pub(crate) fn finish_fork(&mut self) -> Result<()> {
         self.capturing = false;
-        if let Ok(mut s) = self.streams.lock() {
-            s.push(self.stream.clone());
-        }
+        lock(&self.streams).push(self.stream.clone());
         match &self.join_into {
             Some(parent) => self.join_into(parent),
             None => Ok(()),
@@ -264,18 +274,9 @@ impl Core {
         into.wait(&event)
     }
 
-    /// Lets definitions of the capture's graph use it again — or, if the driver destroyed the
-    /// graph with a failed capture, refuses them for good.
-    fn capture_over(&self, destroyed: bool) {
-        if let (Target::OwnGraph, Some(g)) = (self.target, &self.graph) {
-            g.capture_ended(destroyed);
-        }
-    }
-
     fn release_streams(&self) {
-        if let Ok(mut s) = self.streams.lock() {
-            s.clear();
-        }
+        let streams = std::mem::take(&mut *lock(&self.streams));
+        drop(streams);
     }
 }
 
@@ -303,16 +304,11 @@ impl Drop for Core {
             }
             // A builder dropped mid-capture ends the capture and discards it.
             None => {
-                self.capturing = false;
-                let own = self.target == Target::OwnGraph;
-                let survived = self.stream.handle.abandon_capture(own);
-                if !survived && own {
-                    if let Some(g) = &self.graph {
-                        g.disown();
-                    }
+                if self.stream.handle.ctx.bind().is_ok() {
+                    let _ = self.finish_capture(true);
                 }
-                self.capture_over(!survived);
                 self.active = None;
+                self.release_streams();
             }
         }
     }

@@ -35,14 +35,22 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             ));
         }
         let keep = child.root();
-        self.core.stream.keep_alive_in_capture(|| Box::new(keep))?;
         // SAFETY: zeroed node parameters are valid plain C data; the fields used are set below.
         let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
         params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH;
         params.__bindgen_anon_1.graph = sys::CUDA_CHILD_GRAPH_NODE_PARAMS { graph: child.raw };
-        // The driver copies the child: nothing may change it meanwhile.
-        let _child_tree = child.lock();
-        self.core.add_node(&mut params)?;
+        // The driver copies the child: its tree stays locked meanwhile (both trees, in order).
+        self.core.stream.enqueue_with(Some(&keep), |rec| {
+            let child_tree = match rec.other.as_deref() {
+                Some(t) => t,
+                None => rec.tree.as_deref().ok_or_else(|| {
+                    Error::InvalidArgument("the builder's stream is not capturing".into())
+                })?,
+            };
+            child_tree.check_complete()?;
+            rec.keep(&keep);
+            self.core.add_node(rec, &mut params)
+        })?;
         Ok(())
     }
 }

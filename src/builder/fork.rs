@@ -61,7 +61,6 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             stream.wait(&event)?;
             let mut core = Core::new(stream);
             core.graph = self.core.graph.clone();
-            core.target = self.core.target;
             core.capturing = true;
             core.join_into = Some(self.core.stream.clone());
             core.streams = self.core.streams.clone();

@@ -10,7 +10,7 @@ use cudarc::driver::sys;
 use crate::builder::ChildGraph;
 use crate::driver::drv;
 use crate::driver::graph::{GraphHandle, TreeState};
-use crate::driver::user_object::{self, KeepAlive};
+use crate::driver::user_object;
 use crate::error::{Error, Result};
 use crate::graph::source::FinishedGraph;
 use crate::graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions, UpdateSource};
@@ -183,11 +183,6 @@ impl GraphDefinition {
         &self.graph
     }
 
-    /// Moves `value` into this graph as a user object (the tree must be locked).
-    pub(crate) fn keep(&self, _locked: &Locked<'_>, value: KeepAlive) -> Result<()> {
-        user_object::retain(self.graph.raw, value)
-    }
-
     /// The error for a body used where a graph of its own is needed.
     fn standalone(&self, what: &str) -> Result<&Arc<GraphHandle>> {
         if self.graph.is_body() {
@@ -215,6 +210,7 @@ impl GraphDefinition {
     pub fn try_clone(&self) -> Result<GraphDefinition> {
         self.standalone("cloned")?;
         let locked = self.lock()?;
+        locked.tree.check_complete()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the graph is live and its tree locked; `raw` is a valid out pointer.
         unsafe { drv!(cuGraphClone(&mut raw, self.graph.raw)) }?;
@@ -283,7 +279,10 @@ impl GraphDefinition {
 
 /// Refuses a graph that a capture records into, or a body whose conditional node is gone.
 fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
-    if tree.capturing.contains(&graph.id) {
+    if let Some(why) = &tree.broken {
+        return Err(Error::InvalidArgument(why.clone()));
+    }
+    if tree.is_capturing_into(graph.id) {
         return Err(Error::InvalidArgument(
             "a stream capture is recording into this graph (its conditional body builder is capturing): call `end_building()` on the body first".into(),
         ));

@@ -11,7 +11,7 @@ use crate::builder::ChildGraph;
 use crate::driver::context::PrimaryContext;
 use crate::driver::drv;
 use crate::driver::graph::lock_two;
-use crate::driver::user_object::KeepAlive;
+use crate::driver::graph::TreeState;
 use crate::error::{Error, Result};
 use crate::runtime::{
     DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig,
@@ -215,7 +215,7 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         live: &[&GraphNode],
-        keep: Option<KeepAlive>,
+        keep: impl FnOnce(&mut TreeState),
         add: impl FnOnce(
             sys::CUgraph,
             *const sys::CUgraphNode,
@@ -227,9 +227,7 @@ impl GraphDefinition {
         let graph = self.handle();
         let raw_deps = node::check_all(&locked.tree, graph.id, deps)?;
         node::check_all(&locked.tree, graph.id, live)?;
-        if let Some(keep) = keep {
-            self.keep(&locked, keep)?;
-        }
+        keep(&mut locked.tree);
         let mut out = std::ptr::null_mut();
         add(graph.raw, deps_ptr(&raw_deps), raw_deps.len(), &mut out)?;
         Ok(node::fresh(&mut locked.tree, graph.id, out))
@@ -268,7 +266,6 @@ impl GraphDefinition {
         args: &KernelArgs,
     ) -> Result<GraphNode> {
         self.same_device(&function.module.ctx, "kernel's module")?;
-        let keep: KeepAlive = Box::new((function.module.clone(), args.keep.clone()));
         let mut ptrs = args.pointers();
         let params = sys::CUDA_KERNEL_NODE_PARAMS {
             func: function.raw,
@@ -288,7 +285,13 @@ impl GraphDefinition {
             kern: std::ptr::null_mut(),
             ctx: self.handle().ctx.raw,
         };
-        self.add_node_with(deps, &[], Some(keep), |g, d, n, out| {
+        let keep = |tree: &mut TreeState| {
+            tree.keep(&function.module);
+            for k in &args.keep {
+                tree.keep_dyn(k);
+            }
+        };
+        self.add_node_with(deps, &[], keep, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` points at
             // argument storage that outlives the call (the driver copies it); the caller promises
             // the arguments match the kernel.
@@ -358,7 +361,7 @@ impl GraphDefinition {
         self.add_node_with(
             deps,
             &[],
-            Some(Box::new(buf.alloc.clone())),
+            |tree: &mut TreeState| tree.keep(&buf.alloc),
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the shape lies inside
                 // the buffer (checked), which the graph keeps alive.
@@ -420,9 +423,12 @@ impl GraphDefinition {
             Height: 1,
             Depth: 1,
         };
-        let keep: KeepAlive = Box::new((dst.alloc.clone(), src.alloc.clone()));
+        let keep = |tree: &mut TreeState| {
+            tree.keep(&dst.alloc);
+            tree.keep(&src.alloc);
+        };
         let ctx = self.handle().ctx.raw;
-        self.add_node_with(deps, &[], Some(keep), |g, d, n, out| {
+        self.add_node_with(deps, &[], keep, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; both buffers hold
             // `WidthInBytes` bytes and the graph keeps them alive.
             unsafe { drv!(cuGraphAddMemcpyNode(out, g, d, n, &copy, ctx)) }
@@ -439,7 +445,7 @@ impl GraphDefinition {
     /// # Ok(()) }
     /// ```
     pub fn add_empty(&self, deps: &[&GraphNode]) -> Result<GraphNode> {
-        self.add_node_with(deps, &[], None, |g, d, n, out| {
+        self.add_node_with(deps, &[], |_| {}, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it.
             unsafe { drv!(cuGraphAddEmptyNode(out, g, d, n)) }
         })
@@ -472,7 +478,7 @@ impl GraphDefinition {
         self.add_node_with(
             deps,
             &[],
-            Some(Box::new(event.handle.clone())),
+            |tree: &mut TreeState| tree.keep(&event.handle),
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the graph keeps the
                 // event alive.
@@ -496,7 +502,7 @@ impl GraphDefinition {
         self.add_node_with(
             deps,
             &[],
-            Some(Box::new(event.handle.clone())),
+            |tree: &mut TreeState| tree.keep(&event.handle),
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the graph keeps the
                 // event alive.
@@ -532,7 +538,8 @@ impl GraphDefinition {
             fn_: Some(prepared.func),
             userData: prepared.user_data,
         };
-        let node = self.add_node_with(deps, &[], Some(prepared.keep), |g, d, n, out| {
+        let keep = prepared.keep.clone();
+        let node = self.add_node_with(deps, &[], |t| t.keep_dyn(&keep), |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `userData` stays valid
             // while the graph holds the closure (moved in just before); the function never
             // unwinds and never calls CUDA.
@@ -568,10 +575,13 @@ impl GraphDefinition {
             ));
         }
         graph.ctx.bind()?;
-        let (mut tree, _child_tree) = lock_two(graph, child);
+        let (mut tree, child_tree) = lock_two(graph, child);
         super::check_usable(graph, &tree)?;
+        if let Some(c) = &child_tree {
+            c.check_complete()?;
+        }
         let raw_deps = node::check_all(&tree, graph.id, deps)?;
-        crate::driver::user_object::retain(graph.raw, Box::new(child.root()))?;
+        tree.keep(&child.root());
         let mut out = std::ptr::null_mut();
         // SAFETY: both graphs are live and their trees locked; `raw_deps` are checked nodes of
         // `graph`; the driver copies `child`.
@@ -619,7 +629,7 @@ impl GraphDefinition {
             id: ctx.device,
         };
         params.bytesize = bytes;
-        let node = self.add_node_with(deps, &[], None, |g, d, n, out| {
+        let node = self.add_node_with(deps, &[], |_| {}, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
             // initialised and the driver writes `dptr`.
             unsafe { drv!(cuGraphAddMemAllocNode(out, g, d, n, &mut params)) }
@@ -651,7 +661,7 @@ impl GraphDefinition {
     ) -> Result<GraphNode> {
         let ptr = allocation.ptr;
         let alloc_node = allocation.node;
-        self.add_node_with(deps, &[&alloc_node], None, |g, d, n, out| {
+        self.add_node_with(deps, &[&alloc_node], |_| {}, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by
             // a live allocation node of this graph (checked with the dependencies).
             unsafe { drv!(cuGraphAddMemFreeNode(out, g, d, n, ptr)) }

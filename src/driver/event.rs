@@ -1,6 +1,6 @@
 //! Event handle.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
@@ -14,6 +14,9 @@ use crate::error::Result;
 pub(crate) struct EventHandle {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) raw: sys::CUevent,
+    /// The capture the event was last recorded into, if it was recorded on a capturing stream: a
+    /// stream that waits on it joins that capture.
+    pub(crate) recorded_in: Mutex<Option<super::stream::CaptureLink>>,
 }
 
 // SAFETY: CUevent handles may be used from any thread.
@@ -31,6 +34,7 @@ impl EventHandle {
         Ok(Arc::new(EventHandle {
             ctx: ctx.clone(),
             raw,
+            recorded_in: Mutex::new(None),
         }))
     }
 }

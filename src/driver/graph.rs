@@ -1,5 +1,6 @@
 //! Graph and graph-exec handles.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -8,12 +9,14 @@ use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
 use super::release;
+use super::user_object;
 use super::{drv, drv_drop};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-fn next_id() -> u64 {
+/// A process-unique id, for graphs and captures.
+pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -51,9 +54,69 @@ pub(crate) struct TreeState {
     /// Graphs the driver freed: bodies whose conditional node was destroyed, and graphs a failed
     /// capture into destroyed.
     pub(crate) dead: HashSet<u64>,
-    /// Graphs that a stream capture is recording into right now: definitions refuse to touch
-    /// them until the capture ends.
-    pub(crate) capturing: HashSet<u64>,
+    /// Stream captures recording into graphs of this tree now: capture id → graph id.
+    /// Definitions refuse a graph being captured into; instantiation, update, embedding and
+    /// cloning refuse the whole tree while any capture records (a leaked body builder's capture
+    /// never ends).
+    pub(crate) captures: HashMap<u64, u64>,
+    /// Operands used by nodes of this tree (captured or added explicitly) that are not yet held
+    /// by a user object: moved into the root graph as one user object before anything can
+    /// instantiate it ([`TreeState::flush`]). Until then this state, owned by the root graph's
+    /// handle, holds them.
+    pending: Vec<Arc<dyn Any + Send + Sync>>,
+    /// Addresses of everything this tree holds (pending or flushed), so each is held once.
+    kept: HashSet<usize>,
+    /// Why the tree can no longer be used, if the driver broke it: a conditional body's capture
+    /// was invalidated, and the driver destroyed the body graph that a node of this tree owns.
+    /// Instantiating, destroying the node, or destroying the root graph then crash inside the
+    /// driver, so the crate refuses the first two and leaks the root graph.
+    pub(crate) broken: Option<String>,
+}
+
+impl TreeState {
+    /// Whether a capture records into graph `graph_id` now.
+    pub(crate) fn is_capturing_into(&self, graph_id: u64) -> bool {
+        self.captures.values().any(|g| *g == graph_id)
+    }
+
+    /// Holds `value` for as long as the tree (and, once flushed, every exec made from it) lives.
+    /// The same `Arc` is held once.
+    pub(crate) fn keep<T: Any + Send + Sync>(&mut self, value: &Arc<T>) {
+        if self.kept.insert(Arc::as_ptr(value) as *const () as usize) {
+            self.pending.push(value.clone());
+        }
+    }
+
+    /// Holds a value shared as `Arc<dyn Any>` (a kernel argument's owner).
+    pub(crate) fn keep_dyn(&mut self, value: &Arc<dyn Any + Send + Sync>) {
+        if self.kept.insert(Arc::as_ptr(value) as *const () as usize) {
+            self.pending.push(value.clone());
+        }
+    }
+
+    /// Refuses a tree that a capture still records into or that the driver broke, for
+    /// operations that read the whole tree (instantiate, update from it, embed it, clone it).
+    pub(crate) fn check_complete(&self) -> Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(Error::InvalidArgument(why.clone()));
+        }
+        if !self.captures.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a stream capture still records into this graph or one of its conditional bodies (a body builder was not ended, or was leaked): end every body's capture first".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Moves the pending operands into `root` (this tree's root graph) as one user object, so
+    /// that execs instantiated from it keep them. The root's context must be current.
+    pub(crate) fn flush(&mut self, root: sys::CUgraph) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.pending);
+        user_object::retain(root, Box::new(batch))
+    }
 }
 
 // SAFETY: CUgraph handles may be used from any thread; this crate never touches a graph tree from
@@ -134,19 +197,13 @@ impl GraphHandle {
         ids
     }
 
-    /// Marks this graph as the target of a running stream capture.
-    pub(crate) fn set_capturing(&self) {
-        self.lock().capturing.insert(self.id);
-    }
-
-    /// The capture into this graph is over. When it failed, the driver destroyed the graph: it
-    /// is then dead for every definition of it.
-    pub(crate) fn capture_ended(&self, destroyed: bool) {
-        let mut tree = self.lock();
-        tree.capturing.remove(&self.id);
-        if destroyed {
-            tree.dead.insert(self.id);
+    /// The raw root graph of this graph's tree (itself, or the root of its owner chain).
+    pub(crate) fn root_raw(&self) -> sys::CUgraph {
+        let mut g = self;
+        while let Some(o) = &g.owner {
+            g = o;
         }
+        g.raw
     }
 
     /// Records that the driver destroyed this graph (when a capture into it was invalidated and
@@ -167,6 +224,12 @@ impl GraphHandle {
 impl Drop for GraphHandle {
     fn drop(&mut self) {
         if self.owner.is_some() || self.disowned.load(Ordering::Acquire) {
+            return;
+        }
+        let tree = self.tree.get_mut().unwrap_or_else(|p| p.into_inner());
+        if tree.broken.is_some() {
+            // The driver destroyed a body graph owned by one of this graph's nodes;
+            // `cuGraphDestroy` would crash on it (seen on driver 13.0). Leaked instead.
             return;
         }
         // SAFETY: an owned graph is destroyed exactly once, here. Execs instantiated from it do

@@ -1,14 +1,25 @@
 //! Where driver objects are destroyed, and when.
 //!
-//! Destroying or freeing a driver object while a stream capture is recording is a "potentially
-//! unsafe" call: in `Global` mode, from any thread, it invalidates the capture. So while any
-//! capture this crate began is active, handle destructors do not call the driver; they hand their
-//! work to the release thread, which runs it once no capture is active. The release thread also
-//! drops the values graphs kept alive as user objects (the driver's destructor callback must not
-//! call CUDA itself), and runs in relaxed capture mode.
+//! Destroying or freeing a driver object is a "potentially unsafe" call in CUDA's capture rules:
+//! - while a `Global` capture records, such a call from any thread invalidates it;
+//! - while a `ThreadLocal` (or `Global`) capture records, such a call from the capturing thread
+//!   invalidates it;
+//! - inside a host callback (a driver thread), CUDA calls are refused outright.
+//!
+//! So a handle's destructor ([`destroy`]) frees at once when none of these holds, and otherwise
+//! hands the work to the release thread, which frees it as soon as no `Global` capture records.
+//! `Relaxed` captures forbid nothing and defer nothing. The check and the free happen under the
+//! read side of [`GATE`]; a `Global` capture takes the write side to begin, so no free can fall
+//! between "no Global capture is active" and the free itself.
+//!
+//! The release thread also drops the values that graphs kept alive as user objects (the driver's
+//! destructor callback must not call CUDA itself), with no lock held, so such a value's `Drop`
+//! may call back into the crate (even begin a capture). It runs in relaxed capture mode.
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use cudarc::driver::sys;
 
@@ -18,64 +29,90 @@ use super::drv;
 /// Work for the release thread.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
-static ACTIVE: Mutex<usize> = Mutex::new(0);
-/// Held by the release thread while it runs a job, so a capture never begins mid-job.
-static RUNNING: Mutex<()> = Mutex::new(());
-static IDLE: Condvar = Condvar::new();
-static THREAD: OnceLock<Option<Sender<Job>>> = OnceLock::new();
-
-fn active() -> usize {
-    *ACTIVE.lock().unwrap_or_else(|p| p.into_inner())
+enum Msg {
+    /// Drop a value (run a job that may run user code).
+    Run(Job),
+    /// Something may have become destroyable: try the deferred destroys.
+    Wake,
 }
 
-fn wait_until_idle() {
-    let mut n = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-    while *n > 0 {
-        n = IDLE.wait(n).unwrap_or_else(|p| p.into_inner());
-    }
+/// `Global` captures recording now, process-wide.
+static GLOBAL_ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// Read: a destroy is checking and running. Write: a `Global` capture is beginning.
+static GATE: RwLock<()> = RwLock::new(());
+/// Destroys that could not run when asked; the release thread runs them.
+static DEFERRED: Mutex<Vec<Job>> = Mutex::new(Vec::new());
+static THREAD: OnceLock<Option<Mutex<Sender<Msg>>>> = OnceLock::new();
+
+thread_local! {
+    /// Captures begun on this thread in `Global` or `ThreadLocal` mode and still recording.
+    static LOCAL_ACTIVE: Cell<usize> = const { Cell::new(0) };
+    /// Set while a host callback's closure runs on this (driver) thread.
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
 }
 
-fn thread() -> Option<&'static Sender<Job>> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn sender() -> Option<&'static Mutex<Sender<Msg>>> {
     THREAD
         .get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<Job>();
+            let (tx, rx) = mpsc::channel::<Msg>();
             std::thread::Builder::new()
                 .name("cuda-graph-release".into())
                 .spawn(move || {
                     let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
                     // SAFETY: only sets this thread's capture interaction mode; `mode` is valid.
                     let _ = unsafe { drv!(cuThreadExchangeStreamCaptureMode(&mut mode)) };
-                    for job in rx {
-                        loop {
-                            let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-                            if active() == 0 {
-                                // A panicking destructor must not take the thread down.
-                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                                drop(running);
-                                break;
-                            }
-                            drop(running);
-                            wait_until_idle();
+                    for msg in rx {
+                        if let Msg::Run(job) = msg {
+                            // A panicking destructor must not take the thread down.
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                         }
+                        run_deferred();
                     }
                 })
                 .ok()
-                .map(|_| tx)
+                .map(|_| Mutex::new(tx))
         })
         .as_ref()
 }
 
-/// Whether the release thread runs (it is started on first use).
-pub(crate) fn available() -> bool {
-    thread().is_some()
+fn send(msg: Msg) -> bool {
+    match sender() {
+        Some(tx) => lock(tx).send(msg).is_ok(),
+        None => false,
+    }
 }
 
-/// Runs `job` on the release thread once no capture is active. If the thread cannot run, the job
-/// is leaked: nothing is destroyed at an unsafe time.
+/// Runs the deferred destroys if no `Global` capture records (on the release thread).
+fn run_deferred() {
+    if GLOBAL_ACTIVE.load(Ordering::SeqCst) != 0 {
+        return;
+    }
+    let _gate = GATE.read().unwrap_or_else(|p| p.into_inner());
+    if GLOBAL_ACTIVE.load(Ordering::SeqCst) != 0 {
+        return;
+    }
+    let jobs = std::mem::take(&mut *lock(&DEFERRED));
+    for job in jobs {
+        // Destroy jobs only call the driver; they never call back into this module.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+    }
+}
+
+/// Whether the release thread runs (it is started on first use).
+pub(crate) fn available() -> bool {
+    sender().is_some()
+}
+
+/// Runs `job` (typically dropping a value that may own crate resources) on the release thread. If
+/// the thread cannot run, the job is leaked: nothing is destroyed at an unsafe time.
 pub(crate) fn later(job: Job) {
-    match thread() {
+    match sender() {
         Some(tx) => {
-            if let Err(mpsc::SendError(job)) = tx.send(job) {
+            if let Err(mpsc::SendError(Msg::Run(job))) = lock(tx).send(Msg::Run(job)) {
                 std::mem::forget(job);
             }
         }
@@ -83,17 +120,31 @@ pub(crate) fn later(job: Job) {
     }
 }
 
-/// Runs a destructor now, or on the release thread if a capture is active.
+/// Whether this thread may call a destroying driver function now, as far as its own state goes.
+fn thread_may_destroy() -> bool {
+    LOCAL_ACTIVE.with(|n| n.get()) == 0 && !IN_CALLBACK.with(|c| c.get())
+}
+
+/// Runs a driver destructor now, or on the release thread while a capture or a callback forbids
+/// it here. `job` must only call the driver (no user code).
 pub(crate) fn destroy(job: impl FnOnce() + Send + 'static) {
-    if active() == 0 {
-        job();
-    } else {
-        later(Box::new(job));
+    if thread_may_destroy() {
+        let gate = GATE.read().unwrap_or_else(|p| p.into_inner());
+        if GLOBAL_ACTIVE.load(Ordering::SeqCst) == 0 {
+            job();
+            drop(gate);
+            return;
+        }
+    }
+    lock(&DEFERRED).push(Box::new(job));
+    if !send(Msg::Wake) {
+        // No release thread: leak rather than destroy at an unsafe time.
+        std::mem::forget(std::mem::take(&mut *lock(&DEFERRED)));
     }
 }
 
-/// A handle's destructor: makes `ctx` current and calls `destroy(raw)`, now or (while a capture
-/// is active) on the release thread. `destroy` must destroy `raw` exactly once.
+/// A handle's destructor: makes `ctx` current and calls `destroy(raw)`, now or later (see
+/// [`destroy`](self::destroy)). `destroy` must destroy `raw` exactly once.
 pub(crate) fn destroy_in<T: 'static>(ctx: &Arc<PrimaryContext>, raw: T, destroy: fn(T)) {
     let (ctx, raw) = (ctx.clone(), SendPtr(raw));
     self::destroy(move || {
@@ -103,28 +154,86 @@ pub(crate) fn destroy_in<T: 'static>(ctx: &Arc<PrimaryContext>, raw: T, destroy:
     });
 }
 
-/// Marks a capture as active for as long as it lives.
+/// Runs `f` as a host callback: destroys it causes are deferred (CUDA calls are refused on the
+/// driver's callback thread).
+pub(crate) fn in_callback<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IN_CALLBACK.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(IN_CALLBACK.with(|c| c.replace(true)));
+    f()
+}
+
+/// How a capture restricts destroys while it records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Restricts {
+    /// `Global`: every thread.
+    Everyone,
+    /// `ThreadLocal`: the capturing thread.
+    ThisThread,
+    /// `Relaxed`: nothing.
+    Nothing,
+}
+
+impl Restricts {
+    pub(crate) fn of(mode: sys::CUstreamCaptureMode) -> Self {
+        use sys::CUstreamCaptureMode::*;
+        match mode {
+            CU_STREAM_CAPTURE_MODE_GLOBAL => Restricts::Everyone,
+            CU_STREAM_CAPTURE_MODE_THREAD_LOCAL => Restricts::ThisThread,
+            CU_STREAM_CAPTURE_MODE_RELAXED => Restricts::Nothing,
+        }
+    }
+}
+
+/// Marks a capture as recording for as long as it lives, so destroys that would invalidate it
+/// are deferred. For `Global` and `ThreadLocal` captures it must be dropped on the thread that
+/// made it (the builders holding one are `!Send`).
 #[derive(Debug)]
-pub(crate) struct CaptureActive(());
+pub(crate) struct CaptureActive(Restricts);
 
 impl CaptureActive {
-    /// Call before the capture begins: from then on destructors are deferred, and a job the
-    /// release thread is running has finished.
-    pub(crate) fn new() -> Self {
-        *ACTIVE.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        drop(RUNNING.lock().unwrap_or_else(|p| p.into_inner()));
-        CaptureActive(())
+    /// Call before the capture begins. For a `Global` capture this waits for a destroy that is
+    /// running on another thread to finish.
+    pub(crate) fn new(restricts: Restricts) -> Self {
+        match restricts {
+            Restricts::Everyone => {
+                let _gate = GATE.write().unwrap_or_else(|p| p.into_inner());
+                GLOBAL_ACTIVE.fetch_add(1, Ordering::SeqCst);
+                LOCAL_ACTIVE.with(|n| n.set(n.get() + 1));
+            }
+            Restricts::ThisThread => LOCAL_ACTIVE.with(|n| n.set(n.get() + 1)),
+            Restricts::Nothing => {}
+        }
+        CaptureActive(restricts)
     }
 }
 
 impl Drop for CaptureActive {
     fn drop(&mut self) {
-        let mut n = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            IDLE.notify_all();
+        match self.0 {
+            Restricts::Everyone => {
+                LOCAL_ACTIVE.with(|n| n.set(n.get().saturating_sub(1)));
+                if GLOBAL_ACTIVE.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    send(Msg::Wake);
+                }
+            }
+            Restricts::ThisThread => {
+                LOCAL_ACTIVE.with(|n| n.set(n.get().saturating_sub(1)));
+                send(Msg::Wake);
+            }
+            Restricts::Nothing => {}
         }
     }
+}
+
+/// Process-wide counts, for tests and diagnostics: (`Global` captures recording, destroys
+/// waiting).
+pub(crate) fn pending() -> (usize, usize) {
+    (GLOBAL_ACTIVE.load(Ordering::SeqCst), lock(&DEFERRED).len())
 }
 
 /// A raw driver handle moved into a deferred destructor.

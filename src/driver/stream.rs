@@ -1,19 +1,33 @@
 //! Stream handle.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
+use super::graph::GraphHandle;
 use super::release;
 use super::{drv, drv_drop};
 use crate::error::Result;
+
+/// Which capture of this crate a stream (or an event recorded on a capturing stream) belongs to:
+/// the graph captured into and the capture's id. The capture is live while the graph's tree lists
+/// the id ([`super::graph::TreeState::captures`]); a link to an ended capture is stale.
+#[derive(Debug, Clone)]
+pub(crate) struct CaptureLink {
+    pub(crate) graph: Weak<GraphHandle>,
+    pub(crate) id: u64,
+}
 
 /// An owned non-blocking stream (`cuStreamCreate(CU_STREAM_NON_BLOCKING)`), destroyed on drop.
 #[derive(Debug)]
 pub(crate) struct StreamHandle {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) raw: sys::CUstream,
+    /// The capture this stream records into, if any. Held while work is issued on the stream and
+    /// while a capture begins or ends on it, so "which capture, if any" and "record the work with
+    /// its operands" are one step.
+    capture: Mutex<Option<CaptureLink>>,
 }
 
 // SAFETY: CUstream handles may be used from any thread; the driver synchronises access.
@@ -31,7 +45,13 @@ impl StreamHandle {
         Ok(Arc::new(StreamHandle {
             ctx: ctx.clone(),
             raw,
+            capture: Mutex::new(None),
         }))
+    }
+
+    /// Locks the stream's capture slot (see [`StreamHandle::capture`]).
+    pub(crate) fn slot(&self) -> MutexGuard<'_, Option<CaptureLink>> {
+        self.capture.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the stream is capturing, and the capture's status.

@@ -2,12 +2,54 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
+use std::any::Any;
+use std::sync::{Mutex, MutexGuard};
+
 use super::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::driver::drv;
-use crate::driver::stream::StreamHandle;
-use crate::driver::user_object::{self, KeepAlive};
+use crate::driver::graph::{lock_two, GraphHandle, TreeState};
+use crate::driver::stream::{CaptureLink, StreamHandle};
 use crate::error::{Error, Result};
 use crate::Device;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a stream operation sees of the capture it is recorded into (see [`Stream::enqueue`]).
+pub(crate) struct Recording<'a> {
+    /// The capture's tree, locked; `None` when the stream is not capturing.
+    pub(crate) tree: Option<&'a mut TreeState>,
+    /// The tree of the other graph passed to [`Stream::enqueue_with`], when it is another tree.
+    pub(crate) other: Option<&'a mut TreeState>,
+    /// The graph captured into.
+    pub(crate) graph: Option<&'a Arc<GraphHandle>>,
+    /// The capture.
+    pub(crate) link: Option<&'a CaptureLink>,
+    /// The stream's capture slot (held for the whole operation).
+    pub(crate) slot: &'a mut Option<CaptureLink>,
+}
+
+impl Recording<'_> {
+    /// Whether the work is recorded into a capture.
+    pub(crate) fn capturing(&self) -> bool {
+        self.tree.is_some()
+    }
+
+    /// Holds `value` as long as the captured graph and its execs (nothing when not capturing).
+    pub(crate) fn keep<T: Any + Send + Sync>(&mut self, value: &Arc<T>) {
+        if let Some(tree) = self.tree.as_deref_mut() {
+            tree.keep(value);
+        }
+    }
+
+    /// [`keep`](Self::keep) for a value already shared as `Arc<dyn Any>`.
+    pub(crate) fn keep_dyn(&mut self, value: &Arc<dyn Any + Send + Sync>) {
+        if let Some(tree) = self.tree.as_deref_mut() {
+            tree.keep_dyn(value);
+        }
+    }
+}
 
 /// A non-blocking CUDA stream. Clones share the stream. `Send + Sync`.
 ///
@@ -45,17 +87,45 @@ impl Stream {
     }
 
     /// Records `event` after the work queued so far.
+    ///
+    /// Recorded on a capturing stream, the event marks a point of the capture: a stream that
+    /// [`wait`](Self::wait)s on it joins the capture (this is how forks work).
     pub fn record(&self, event: &Event) -> Result<()> {
-        self.handle.ctx.bind()?;
-        // SAFETY: both handles are live and belong to this context.
-        unsafe { drv!(cuEventRecord(event.handle.raw, self.raw())) }
+        self.enqueue(|rec| {
+            // SAFETY: both handles are live and belong to this context.
+            unsafe { drv!(cuEventRecord(event.handle.raw, self.raw())) }?;
+            *lock(&event.handle.recorded_in) = rec.link.cloned();
+            Ok(())
+        })
     }
 
     /// Makes later work on this stream wait for `event`.
+    ///
+    /// If `event` was recorded into a capture that is still recording, this stream joins that
+    /// capture: its later work is recorded into the graph too, until the capture ends. (The
+    /// capture cannot end until the joined stream's work is joined back into it.)
     pub fn wait(&self, event: &Event) -> Result<()> {
-        self.handle.ctx.bind()?;
-        // SAFETY: both handles are live; flags must be 0.
-        unsafe { drv!(cuStreamWaitEvent(self.raw(), event.handle.raw, 0)) }
+        let joins = lock(&event.handle.recorded_in).clone();
+        let wait = || {
+            // SAFETY: both handles are live; flags must be 0.
+            unsafe { drv!(cuStreamWaitEvent(self.raw(), event.handle.raw, 0)) }
+        };
+        self.enqueue(|rec| {
+            if !rec.capturing() {
+                if let Some(link) = &joins {
+                    if let Some(graph) = link.graph.upgrade() {
+                        let tree = graph.lock();
+                        if tree.captures.contains_key(&link.id) {
+                            // The driver makes this stream part of the capture: so does the slot.
+                            wait()?;
+                            *rec.slot = Some(link.clone());
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            wait()
+        })
     }
 
     /// Whether the stream is capturing now (an invalidated capture counts).
@@ -64,29 +134,53 @@ impl Stream {
             != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
-    /// If the stream is capturing, moves `make()` into the capture's graph as a user object and
-    /// returns `true`; otherwise returns `false`.
-    pub(crate) fn keep_alive_in_capture(&self, make: impl FnOnce() -> KeepAlive) -> Result<bool> {
+    /// Runs `op`, which issues work on this stream, atomically with respect to beginning and
+    /// ending a capture on it. If the stream records into a capture of this crate, `op` runs
+    /// under that graph tree's lock (CUDA graphs are not thread-safe, and every stream of one
+    /// capture adds nodes to the same tree) and may hold its operands through the
+    /// [`Recording`]; otherwise it runs with the stream's capture slot held, so no capture can
+    /// begin in between.
+    pub(crate) fn enqueue<R>(&self, op: impl FnOnce(&mut Recording<'_>) -> Result<R>) -> Result<R> {
+        self.enqueue_with(None, op)
+    }
+
+    /// [`enqueue`](Self::enqueue), also locking `other`'s tree (in the fixed order of
+    /// [`lock_two`]) when the stream captures: for work that reads another graph (`embed`).
+    pub(crate) fn enqueue_with<R>(
+        &self,
+        other: Option<&GraphHandle>,
+        op: impl FnOnce(&mut Recording<'_>) -> Result<R>,
+    ) -> Result<R> {
         self.handle.ctx.bind()?;
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let mut graph = std::ptr::null_mut();
-        // SAFETY: the stream is live; the out pointers are valid or null where allowed.
-        unsafe {
-            drv!(cuStreamGetCaptureInfo_v2(
-                self.raw(),
-                &mut status,
-                std::ptr::null_mut(),
-                &mut graph,
-                std::ptr::null_mut(),
-                std::ptr::null_mut()
-            ))
-        }?;
-        match status {
-            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE if !graph.is_null() => {
-                user_object::retain(graph, make()).map(|()| true)
+        let mut slot = self.handle.slot();
+        if let Some(link) = slot.clone() {
+            if let Some(graph) = link.graph.upgrade() {
+                let (mut tree, mut second) = match other {
+                    Some(o) => lock_two(&graph, o),
+                    None => (graph.lock(), None),
+                };
+                if tree.captures.contains_key(&link.id) {
+                    let mut rec = Recording {
+                        tree: Some(&mut tree),
+                        other: second.as_deref_mut(),
+                        graph: Some(&graph),
+                        link: Some(&link),
+                        slot: &mut slot,
+                    };
+                    return op(&mut rec);
+                }
             }
-            _ => Ok(false),
+            // The capture ended: the link is stale.
+            *slot = None;
         }
+        let mut rec = Recording {
+            tree: None,
+            other: None,
+            graph: None,
+            link: None,
+            slot: &mut slot,
+        };
+        op(&mut rec)
     }
 
     /// Launches `function` on this stream (or into its capture).
@@ -100,9 +194,6 @@ impl Stream {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
-        let keep: Vec<_> = args.keep.clone();
-        let module = function.module.clone();
-        self.keep_alive_in_capture(|| Box::new((module, keep)))?;
         let mut ptrs = args.pointers();
         let params = if ptrs.is_empty() {
             std::ptr::null_mut()
@@ -110,24 +201,30 @@ impl Stream {
             ptrs.as_mut_ptr()
         };
         let (g, b) = (config.grid, config.block);
-        // SAFETY: the context is current (bound above); `params` points at `args.len()` pointers to
-        // argument storage that lives until the call returns (the driver copies it); the caller
-        // promises the arguments match the kernel.
-        unsafe {
-            drv!(cuLaunchKernel(
-                function.raw,
-                g.0,
-                g.1,
-                g.2,
-                b.0,
-                b.1,
-                b.2,
-                config.shared_mem_bytes,
-                self.raw(),
-                params,
-                std::ptr::null_mut()
-            ))
-        }
+        self.enqueue(|rec| {
+            rec.keep(&function.module);
+            for k in &args.keep {
+                rec.keep_dyn(k);
+            }
+            // SAFETY: the context is current (bound by `enqueue`); `params` points at
+            // `args.len()` pointers to argument storage that lives until the call returns (the
+            // driver copies it); the caller promises the arguments match the kernel.
+            unsafe {
+                drv!(cuLaunchKernel(
+                    function.raw,
+                    g.0,
+                    g.1,
+                    g.2,
+                    b.0,
+                    b.1,
+                    b.2,
+                    config.shared_mem_bytes,
+                    self.raw(),
+                    params,
+                    std::ptr::null_mut()
+                ))
+            }
+        })
     }
 
     fn same_context<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>) -> Result<()> {
@@ -144,18 +241,19 @@ impl Stream {
     /// Sets every byte of `buf` to `value` (asynchronous; capturable).
     pub fn memset_d8<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u8) -> Result<()> {
         self.same_context(buf)?;
-        let alloc = buf.alloc.clone();
-        self.keep_alive_in_capture(|| Box::new(alloc))?;
-        // SAFETY: `buf` holds `byte_len` bytes; the allocation is kept alive by the caller's
-        // handle or, in a capture, by the graph.
-        unsafe {
-            drv!(cuMemsetD8Async(
-                buf.device_ptr(),
-                value,
-                buf.byte_len(),
-                self.raw()
-            ))
-        }
+        self.enqueue(|rec| {
+            rec.keep(&buf.alloc);
+            // SAFETY: `buf` holds `byte_len` bytes; the allocation is kept alive by the caller's
+            // handle or, in a capture, by the graph.
+            unsafe {
+                drv!(cuMemsetD8Async(
+                    buf.device_ptr(),
+                    value,
+                    buf.byte_len(),
+                    self.raw()
+                ))
+            }
+        })
     }
 
     /// Sets every 32-bit word of `buf` to `value` (asynchronous; capturable). The buffer's byte
@@ -168,17 +266,18 @@ impl Stream {
                 buf.byte_len()
             )));
         }
-        let alloc = buf.alloc.clone();
-        self.keep_alive_in_capture(|| Box::new(alloc))?;
-        // SAFETY: `buf` holds `byte_len / 4` words.
-        unsafe {
-            drv!(cuMemsetD32Async(
-                buf.device_ptr(),
-                value,
-                buf.byte_len() / 4,
-                self.raw()
-            ))
-        }
+        self.enqueue(|rec| {
+            rec.keep(&buf.alloc);
+            // SAFETY: `buf` holds `byte_len / 4` words.
+            unsafe {
+                drv!(cuMemsetD32Async(
+                    buf.device_ptr(),
+                    value,
+                    buf.byte_len() / 4,
+                    self.raw()
+                ))
+            }
+        })
     }
 
     /// Copies `src` into `dst` (asynchronous; capturable). The lengths must match.
@@ -196,17 +295,19 @@ impl Stream {
                 dst.len()
             )));
         }
-        let (a, b) = (dst.alloc.clone(), src.alloc.clone());
-        self.keep_alive_in_capture(|| Box::new((a, b)))?;
-        // SAFETY: both buffers hold `byte_len` bytes.
-        unsafe {
-            drv!(cuMemcpyDtoDAsync_v2(
-                dst.device_ptr(),
-                src.device_ptr(),
-                dst.byte_len(),
-                self.raw()
-            ))
-        }
+        self.enqueue(|rec| {
+            rec.keep(&dst.alloc);
+            rec.keep(&src.alloc);
+            // SAFETY: both buffers hold `byte_len` bytes.
+            unsafe {
+                drv!(cuMemcpyDtoDAsync_v2(
+                    dst.device_ptr(),
+                    src.device_ptr(),
+                    dst.byte_len(),
+                    self.raw()
+                ))
+            }
+        })
     }
 
     /// Copies host `data` into `dst`, ordered on this stream. The host slice is read before the
@@ -221,22 +322,25 @@ impl Stream {
                 dst.len()
             )));
         }
-        if self.is_capturing()? {
-            return Err(Error::InvalidArgument(
-                "memcpy_htod cannot be captured (the graph would read host memory it does not own); copy before capturing, or capture a device-to-device copy".into(),
-            ));
-        }
-        // Synchronise first so the copy is complete when we return and `data` may be freed.
-        self.handle.ctx.bind()?;
-        // SAFETY: `data` holds `byte_len` bytes and is read before the synchronize returns.
-        unsafe {
-            drv!(cuMemcpyHtoDAsync_v2(
-                dst.device_ptr(),
-                data.as_ptr().cast(),
-                dst.byte_len(),
-                self.raw()
-            ))
-        }?;
-        self.synchronize()
+        self.enqueue(|rec| {
+            if rec.capturing() {
+                return Err(Error::InvalidArgument(
+                    "memcpy_htod cannot be captured (the graph would read host memory it does not own); copy before capturing, or capture a device-to-device copy".into(),
+                ));
+            }
+            // SAFETY: `data` holds `byte_len` bytes and is read before the synchronize below
+            // returns; `dst` is kept alive by the caller's borrow.
+            unsafe {
+                drv!(cuMemcpyHtoDAsync_v2(
+                    dst.device_ptr(),
+                    data.as_ptr().cast(),
+                    dst.byte_len(),
+                    self.raw()
+                ))
+            }?;
+            // Synchronise so the copy is complete when we return and `data` may be freed.
+            // SAFETY: the stream is live and not capturing (checked above, under the slot).
+            unsafe { drv!(cuStreamSynchronize(self.raw())) }
+        })
     }
 }
