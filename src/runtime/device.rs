@@ -150,13 +150,15 @@ impl Device {
 
     /// Loads a module from a cubin, fatbin or PTX image.
     ///
-    /// The image is checked before the driver sees it: an empty image, or a cubin/fatbin whose
-    /// header claims more bytes than `image` holds, is an [`Error::InvalidArgument`]. Anything
+    /// The image is checked before the driver sees it, since the driver takes no length: an
+    /// empty image, or a cubin (ELF64) or fatbin whose headers, sections, segments or entries
+    /// lie past the end of `image` (or are malformed), is an [`Error::InvalidArgument`] naming
+    /// what is wrong; an uncompressed cubin inside a fatbin is checked the same way. Anything
     /// else that is neither ELF nor fatbin is passed as PTX text (NUL-terminated for the driver),
     /// so a bad image gives the driver's error, e.g.
     /// `cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed`.
     pub fn load_module(&self, image: &[u8]) -> Result<Module> {
-        let aligned = super::module::prepare_image(image)?;
+        let aligned = super::image::prepare_image(image)?;
         // `aligned` is a u64 buffer, so the image is 8-byte aligned as fatbins require.
         // SAFETY: reinterpreting `[u64]` as bytes is always valid.
         let bytes =

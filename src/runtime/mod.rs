@@ -3,6 +3,7 @@
 mod buffer;
 mod device;
 mod event;
+mod image;
 mod launch;
 mod module;
 mod observer;
