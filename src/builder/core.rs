@@ -6,6 +6,7 @@ use cudarc::driver::sys;
 
 use crate::driver::graph::GraphHandle;
 use crate::driver::release::CaptureActive;
+use crate::driver::stream::{status_out, CaptureStatus};
 use crate::driver::{self, drv, DriverVersion};
 use crate::error::{Error, Result};
 use crate::runtime::{Event, Stream};
@@ -149,18 +150,18 @@ impl Core {
 
     /// The capture's status: `Ok` while active, [`Error::CaptureInvalidated`] once invalidated.
     pub(crate) fn status(&self) -> Result<()> {
-        use sys::CUstreamCaptureStatus::*;
         match self.stream.handle.capture_status()? {
-            CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(()),
-            CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
-                Err(Error::CaptureInvalidated(driver::driver_error(
-                    sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
-                    "cuStreamIsCapturing",
-                )))
-            }
-            _ => Err(Error::InvalidArgument(
+            CaptureStatus::Active => Ok(()),
+            CaptureStatus::Invalidated => Err(Error::CaptureInvalidated(driver::driver_error(
+                sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                "cuStreamIsCapturing",
+            ))),
+            CaptureStatus::None => Err(Error::InvalidArgument(
                 "the builder's stream is not capturing".into(),
             )),
+            CaptureStatus::Unknown(v) => Err(Error::InvalidArgument(format!(
+                "the builder's stream reports capture status {v}, which this crate does not know"
+            ))),
         }
     }
 
@@ -174,16 +175,17 @@ impl Core {
     )> {
         driver::require("adding nodes to a capture", DriverVersion::V12_3)?;
         self.stream.handle.ctx.bind()?;
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut status = CaptureStatus::NONE_RAW;
         let mut graph = std::ptr::null_mut();
         let mut deps: *const sys::CUgraphNode = std::ptr::null();
         let mut edges: *const sys::CUgraphEdgeData = std::ptr::null();
         let mut n = 0usize;
-        // SAFETY: the stream is live; all out pointers are valid.
+        // SAFETY: the stream is live; all out pointers are valid; the status is written into a
+        // `u32` (see `status_out`), never read as the bindings' enum.
         unsafe {
             drv!(cuStreamGetCaptureInfo_v3(
                 self.stream.raw(),
-                &mut status,
+                status_out(&mut status),
                 std::ptr::null_mut(),
                 &mut graph,
                 &mut deps,
@@ -191,7 +193,7 @@ impl Core {
                 &mut n
             ))
         }?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+        if CaptureStatus::from_raw(status) != CaptureStatus::Active {
             self.status()?;
         }
         fn copy<T: Copy>(p: *const T, n: usize) -> Vec<T> {
@@ -283,7 +285,7 @@ impl Core {
 pub(crate) fn capture_error(e: Error) -> Error {
     match e {
         Error::Driver(d)
-            if d.code == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED as u32 =>
+            if d.code() == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED as u32 =>
         {
             Error::CaptureInvalidated(d)
         }

@@ -15,6 +15,9 @@ use cudarc::driver::sys;
 use super::context::PrimaryContext;
 use super::drv;
 
+static_assertions::assert_eq_size!(u32, sys::CUstreamCaptureMode);
+static_assertions::assert_eq_align!(u32, sys::CUstreamCaptureMode);
+
 /// Work for the release thread.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
@@ -42,9 +45,13 @@ fn thread() -> Option<&'static Sender<Job>> {
             std::thread::Builder::new()
                 .name("cuda-graph-release".into())
                 .spawn(move || {
-                    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-                    // SAFETY: only sets this thread's capture interaction mode; `mode` is valid.
-                    let _ = unsafe { drv!(cuThreadExchangeStreamCaptureMode(&mut mode)) };
+                    // The driver writes the previous mode back: into a `u32`, so a mode a newer
+                    // driver has is never held as the bindings' enum.
+                    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
+                    let mode_ptr = (&mut mode as *mut u32).cast::<sys::CUstreamCaptureMode>();
+                    // SAFETY: only sets this thread's capture interaction mode; `mode_ptr` points
+                    // at a live, initialised 4-byte integer holding a valid mode.
+                    let _ = unsafe { drv!(cuThreadExchangeStreamCaptureMode(mode_ptr)) };
                     for job in rx {
                         loop {
                             let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());

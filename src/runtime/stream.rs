@@ -4,7 +4,7 @@ use cudarc::driver::sys;
 
 use super::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::driver::drv;
-use crate::driver::stream::StreamHandle;
+use crate::driver::stream::{status_out, CaptureStatus, StreamHandle};
 use crate::driver::user_object::{self, KeepAlive};
 use crate::error::{Error, Result};
 use crate::Device;
@@ -60,29 +60,29 @@ impl Stream {
 
     /// Whether the stream is capturing now (an invalidated capture counts).
     pub fn is_capturing(&self) -> Result<bool> {
-        Ok(self.handle.capture_status()?
-            != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        Ok(self.handle.capture_status()? != CaptureStatus::None)
     }
 
     /// If the stream is capturing, moves `make()` into the capture's graph as a user object and
     /// returns `true`; otherwise returns `false`.
     pub(crate) fn keep_alive_in_capture(&self, make: impl FnOnce() -> KeepAlive) -> Result<bool> {
         self.handle.ctx.bind()?;
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut status = CaptureStatus::NONE_RAW;
         let mut graph = std::ptr::null_mut();
-        // SAFETY: the stream is live; the out pointers are valid or null where allowed.
+        // SAFETY: the stream is live; the out pointers are valid or null where allowed; the
+        // status is written into a `u32` (see `status_out`), never read as the bindings' enum.
         unsafe {
             drv!(cuStreamGetCaptureInfo_v2(
                 self.raw(),
-                &mut status,
+                status_out(&mut status),
                 std::ptr::null_mut(),
                 &mut graph,
                 std::ptr::null_mut(),
                 std::ptr::null_mut()
             ))
         }?;
-        match status {
-            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE if !graph.is_null() => {
+        match CaptureStatus::from_raw(status) {
+            CaptureStatus::Active if !graph.is_null() => {
                 user_object::retain(graph, make()).map(|()| true)
             }
             _ => Ok(false),
