@@ -12,25 +12,183 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// A failed driver call: the `CUresult`, its name and description, and the call.
 ///
 /// Displays as `cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed`.
+///
+/// The code is kept as the driver's raw number, so a result that a newer driver returns and these
+/// bindings do not know stays representable: [`code`](Self::code) and [`name`](Self::name) report
+/// it, and [`result`](Self::result) is `None`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DriverError {
-    /// The driver entry point that failed, e.g. `cuModuleLoadData`.
-    pub call: &'static str,
-    /// The raw `CUresult` value.
-    pub code: u32,
-    /// The result's name from `cuGetErrorName`, e.g. `CUDA_ERROR_INVALID_PTX`.
-    pub name: String,
-    /// The result's description from `cuGetErrorString`.
-    pub description: String,
+    call: &'static str,
+    code: u32,
+    name: String,
+    description: String,
 }
 
 impl DriverError {
-    /// The raw result as the binding's enum.
-    pub fn result(&self) -> sys::CUresult {
-        // SAFETY: `code` was produced from a `CUresult` returned by the driver
-        // (see `driver::check`), so it is one of the enum's values.
-        unsafe { std::mem::transmute::<u32, sys::CUresult>(self.code) }
+    /// A driver error from its parts (the crate builds these from the driver's answers).
+    pub(crate) fn new(
+        call: &'static str,
+        code: u32,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
+        DriverError {
+            call,
+            code,
+            name: name.into(),
+            description: description.into(),
+        }
     }
+
+    /// The driver entry point that failed, e.g. `cuModuleLoadData`.
+    pub fn call(&self) -> &'static str {
+        self.call
+    }
+
+    /// The raw `CUresult` value, e.g. `218`.
+    pub fn code(&self) -> u32 {
+        self.code
+    }
+
+    /// The result's name from `cuGetErrorName`, e.g. `CUDA_ERROR_INVALID_PTX`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The result's description from `cuGetErrorString`.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The result as the bindings' enum, or `None` for a code the bindings do not know (one a
+    /// newer driver added): compare with e.g. `Some(CUresult::CUDA_ERROR_NOT_READY)`.
+    pub fn result(&self) -> Option<sys::CUresult> {
+        known_result(self.code)
+    }
+}
+
+/// Lists the bindings' `CUresult` variants as `KNOWN_RESULTS`. The list is checked to be complete:
+/// a variant the bindings have and the list lacks fails the exhaustive match below.
+macro_rules! known_results {
+    ($($v:ident),* $(,)?) => {
+        /// Every `CUresult` the bindings know.
+        const KNOWN_RESULTS: &[sys::CUresult] = &[$(sys::CUresult::$v),*];
+
+        // Fails to compile if the bindings (another `cuda-*` feature of cudarc) gain a variant
+        // the list lacks.
+        const _: fn(sys::CUresult) = |r| match r {
+            $(sys::CUresult::$v)|* => {}
+        };
+    };
+}
+
+known_results!(
+    CUDA_SUCCESS,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_ERROR_NOT_INITIALIZED,
+    CUDA_ERROR_DEINITIALIZED,
+    CUDA_ERROR_PROFILER_DISABLED,
+    CUDA_ERROR_PROFILER_NOT_INITIALIZED,
+    CUDA_ERROR_PROFILER_ALREADY_STARTED,
+    CUDA_ERROR_PROFILER_ALREADY_STOPPED,
+    CUDA_ERROR_STUB_LIBRARY,
+    CUDA_ERROR_DEVICE_UNAVAILABLE,
+    CUDA_ERROR_NO_DEVICE,
+    CUDA_ERROR_INVALID_DEVICE,
+    CUDA_ERROR_DEVICE_NOT_LICENSED,
+    CUDA_ERROR_INVALID_IMAGE,
+    CUDA_ERROR_INVALID_CONTEXT,
+    CUDA_ERROR_CONTEXT_ALREADY_CURRENT,
+    CUDA_ERROR_MAP_FAILED,
+    CUDA_ERROR_UNMAP_FAILED,
+    CUDA_ERROR_ARRAY_IS_MAPPED,
+    CUDA_ERROR_ALREADY_MAPPED,
+    CUDA_ERROR_NO_BINARY_FOR_GPU,
+    CUDA_ERROR_ALREADY_ACQUIRED,
+    CUDA_ERROR_NOT_MAPPED,
+    CUDA_ERROR_NOT_MAPPED_AS_ARRAY,
+    CUDA_ERROR_NOT_MAPPED_AS_POINTER,
+    CUDA_ERROR_ECC_UNCORRECTABLE,
+    CUDA_ERROR_UNSUPPORTED_LIMIT,
+    CUDA_ERROR_CONTEXT_ALREADY_IN_USE,
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+    CUDA_ERROR_INVALID_PTX,
+    CUDA_ERROR_INVALID_GRAPHICS_CONTEXT,
+    CUDA_ERROR_NVLINK_UNCORRECTABLE,
+    CUDA_ERROR_JIT_COMPILER_NOT_FOUND,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+    CUDA_ERROR_JIT_COMPILATION_DISABLED,
+    CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY,
+    CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC,
+    CUDA_ERROR_CONTAINED,
+    CUDA_ERROR_INVALID_SOURCE,
+    CUDA_ERROR_FILE_NOT_FOUND,
+    CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,
+    CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,
+    CUDA_ERROR_OPERATING_SYSTEM,
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_ILLEGAL_STATE,
+    CUDA_ERROR_LOSSY_QUERY,
+    CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_NOT_READY,
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+    CUDA_ERROR_LAUNCH_TIMEOUT,
+    CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+    CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
+    CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE,
+    CUDA_ERROR_CONTEXT_IS_DESTROYED,
+    CUDA_ERROR_ASSERT,
+    CUDA_ERROR_TOO_MANY_PEERS,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+    CUDA_ERROR_HARDWARE_STACK_ERROR,
+    CUDA_ERROR_ILLEGAL_INSTRUCTION,
+    CUDA_ERROR_MISALIGNED_ADDRESS,
+    CUDA_ERROR_INVALID_ADDRESS_SPACE,
+    CUDA_ERROR_INVALID_PC,
+    CUDA_ERROR_LAUNCH_FAILED,
+    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+    CUDA_ERROR_TENSOR_MEMORY_LEAK,
+    CUDA_ERROR_NOT_PERMITTED,
+    CUDA_ERROR_NOT_SUPPORTED,
+    CUDA_ERROR_SYSTEM_NOT_READY,
+    CUDA_ERROR_SYSTEM_DRIVER_MISMATCH,
+    CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE,
+    CUDA_ERROR_MPS_CONNECTION_FAILED,
+    CUDA_ERROR_MPS_RPC_FAILURE,
+    CUDA_ERROR_MPS_SERVER_NOT_READY,
+    CUDA_ERROR_MPS_MAX_CLIENTS_REACHED,
+    CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED,
+    CUDA_ERROR_MPS_CLIENT_TERMINATED,
+    CUDA_ERROR_CDP_NOT_SUPPORTED,
+    CUDA_ERROR_CDP_VERSION_MISMATCH,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+    CUDA_ERROR_STREAM_CAPTURE_MERGE,
+    CUDA_ERROR_STREAM_CAPTURE_UNMATCHED,
+    CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
+    CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+    CUDA_ERROR_CAPTURED_EVENT,
+    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+    CUDA_ERROR_TIMEOUT,
+    CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+    CUDA_ERROR_EXTERNAL_DEVICE,
+    CUDA_ERROR_INVALID_CLUSTER_SIZE,
+    CUDA_ERROR_FUNCTION_NOT_LOADED,
+    CUDA_ERROR_INVALID_RESOURCE_TYPE,
+    CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
+    CUDA_ERROR_KEY_ROTATION,
+    CUDA_ERROR_UNKNOWN,
+);
+
+/// The bindings' `CUresult` whose value is `code`, if there is one. Never transmutes: an unknown
+/// code (from a newer driver) is `None`.
+fn known_result(code: u32) -> Option<sys::CUresult> {
+    KNOWN_RESULTS.iter().copied().find(|r| *r as u32 == code)
 }
 
 impl fmt::Display for DriverError {
@@ -261,7 +419,7 @@ impl Error {
 
     /// The driver's `CUresult` code, if this error came from a driver call.
     pub fn code(&self) -> Option<u32> {
-        self.driver_error().map(|e| e.code)
+        self.driver_error().map(DriverError::code)
     }
 }
 
@@ -271,21 +429,61 @@ mod tests {
 
     #[test]
     fn driver_errors_read_like_the_driver() {
-        let e = Error::Driver(DriverError {
-            call: "cuModuleLoadData",
-            code: 218,
-            name: "CUDA_ERROR_INVALID_PTX".into(),
-            description: "a PTX JIT compilation failed".into(),
-        });
+        let e = Error::Driver(DriverError::new(
+            "cuModuleLoadData",
+            218,
+            "CUDA_ERROR_INVALID_PTX",
+            "a PTX JIT compilation failed",
+        ));
         assert_eq!(
             e.to_string(),
             "cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed"
         );
         assert_eq!(e.code(), Some(218));
-        assert_eq!(
-            e.driver_error().map(|d| d.result()),
-            Some(sys::CUresult::CUDA_ERROR_INVALID_PTX)
+        let d = e.driver_error().expect("a driver error");
+        assert_eq!(d.call(), "cuModuleLoadData");
+        assert_eq!(d.code(), 218);
+        assert_eq!(d.name(), "CUDA_ERROR_INVALID_PTX");
+        assert_eq!(d.description(), "a PTX JIT compilation failed");
+        assert_eq!(d.result(), Some(sys::CUresult::CUDA_ERROR_INVALID_PTX));
+    }
+
+    #[test]
+    fn an_unknown_code_is_kept_and_has_no_result() {
+        let d = DriverError::new(
+            "cuGraphLaunch",
+            0xDEAD_BEEF,
+            "CUDA_ERROR_FROM_THE_FUTURE",
+            "a result a newer driver added",
         );
+        assert_eq!(d.result(), None);
+        assert_eq!(d.code(), 0xDEAD_BEEF);
+        assert_eq!(d.name(), "CUDA_ERROR_FROM_THE_FUTURE");
+        assert_eq!(
+            d.to_string(),
+            "cuGraphLaunch failed: CUDA_ERROR_FROM_THE_FUTURE (3735928559): a result a newer driver added"
+        );
+        assert_eq!(format!("{d:?}"), d.to_string());
+        let e = Error::Driver(d);
+        assert_eq!(e.code(), Some(0xDEAD_BEEF));
+        assert_eq!(e.driver_error().and_then(DriverError::result), None);
+        // Codes next to known ones, and past the last one, are unknown too.
+        for code in [9, 33, 35, 227, 917, 998, 1000, u32::MAX] {
+            assert_eq!(known_result(code), None, "{code}");
+        }
+    }
+
+    #[test]
+    fn known_codes_round_trip() {
+        assert!(KNOWN_RESULTS.len() > 90);
+        for &r in KNOWN_RESULTS {
+            let d = DriverError::new("cuTest", r as u32, format!("{r:?}"), "");
+            assert_eq!(d.result(), Some(r));
+            assert_eq!(d.code(), r as u32);
+        }
+        assert_eq!(known_result(0), Some(sys::CUresult::CUDA_SUCCESS));
+        assert_eq!(known_result(600), Some(sys::CUresult::CUDA_ERROR_NOT_READY));
+        assert_eq!(known_result(999), Some(sys::CUresult::CUDA_ERROR_UNKNOWN));
     }
 
     #[test]

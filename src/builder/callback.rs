@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::kind::Kind;
@@ -14,21 +14,35 @@ use crate::error::{Error, Result};
 
 type Closure = Box<dyn FnMut() + Send>;
 
+/// A callback's closure and what observers see of it.
+///
+/// No lock an observer takes is held while the closure runs: the closure sits behind its own
+/// mutex, which only [`run`](Self::run) locks, and the panic message's mutex is taken only
+/// briefly, after the closure returned. So the closure may call its own [`HostCallback`]'s
+/// methods without deadlocking.
 struct CallbackState {
+    /// Locked by `run` alone (observers never touch it), while the closure runs.
     f: Mutex<Closure>,
     calls: AtomicU64,
-    /// Set when the closure panicked; it is not called again.
+    /// Set when the closure panicked, after `panic` holds the message; it is not called again.
+    disabled: AtomicBool,
+    /// The panic's message; locked only briefly, never while the closure runs.
     panic: Mutex<Option<String>>,
 }
 
 impl CallbackState {
     fn run(&self) {
-        let mut panic = self.panic.lock().unwrap_or_else(|p| p.into_inner());
-        if panic.is_some() {
+        if self.disabled.load(Ordering::Acquire) {
             return;
         }
         let mut f = self.f.lock().unwrap_or_else(|p| p.into_inner());
-        match catch_unwind(AssertUnwindSafe(|| (*f)())) {
+        // Another run may have panicked while this one waited for the closure.
+        if self.disabled.load(Ordering::Acquire) {
+            return;
+        }
+        let result = catch_unwind(AssertUnwindSafe(|| (*f)()));
+        drop(f);
+        match result {
             Ok(()) => {
                 self.calls.fetch_add(1, Ordering::SeqCst);
             }
@@ -38,12 +52,21 @@ impl CallbackState {
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a non-string panic payload".to_string());
-                // The payload may own anything; it is leaked rather than dropped in a driver
-                // callback, where dropping crate resources could call CUDA.
-                std::mem::forget(payload);
-                *panic = Some(msg);
+                *self.panic.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg);
+                self.disabled.store(true, Ordering::Release);
+                // The payload may own anything, and its destructor could call CUDA, which a
+                // driver callback must not: it is dropped on the release thread instead.
+                crate::driver::release::later(Box::new(move || drop(payload)));
             }
         }
+    }
+
+    /// The panic's message, if the closure panicked.
+    fn panic_message(&self) -> Option<String> {
+        if !self.disabled.load(Ordering::Acquire) {
+            return None;
+        }
+        self.panic.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -62,6 +85,9 @@ unsafe extern "C" fn trampoline(user_data: *mut c_void) {
 ///
 /// A panic inside the closure is caught before it reaches the driver: the GPU work goes on, the
 /// closure is not called again by any launch, and [`panic_message`](Self::panic_message) reports it.
+/// The panic's payload is dropped later on the crate's release thread, not on the driver's.
+///
+/// The closure may hold a clone of its own observer and call its methods.
 #[derive(Clone)]
 pub struct HostCallback {
     state: Weak<CallbackState>,
@@ -89,14 +115,10 @@ impl HostCallback {
     }
 
     /// The message of the panic that disabled the closure, if it panicked.
+    ///
+    /// Like every method here, it may be called from inside the closure itself.
     pub fn panic_message(&self) -> Option<String> {
-        let state = self.state.upgrade()?;
-        let msg = state
-            .panic
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        msg
+        self.state.upgrade()?.panic_message()
     }
 
     /// [`Error::CallbackPanicked`] if the closure panicked, else `Ok`.
@@ -129,6 +151,7 @@ where
     let state = Arc::new(CallbackState {
         f: Mutex::new(Box::new(f)),
         calls: AtomicU64::new(0),
+        disabled: AtomicBool::new(false),
         panic: Mutex::new(None),
     });
     PreparedCallback {
@@ -186,3 +209,144 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
 }
 
 static_assertions::assert_impl_all!(HostCallback: Send, Sync);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::{mpsc, OnceLock};
+    use std::time::Duration;
+
+    /// Runs the node's host function once, as the driver would: on another thread, through the
+    /// trampoline. `false` if it did not return within a few seconds (a deadlock); the thread is
+    /// then left blocked, owning the callback, so nothing it uses is freed.
+    fn run_like_the_driver(cb: &PreparedCallback) -> bool {
+        // The test keeps `cb.keep` alive until after the thread returned (or forever).
+        let (func, data) = (cb.func, cb.user_data as usize);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: `data` is the callback's `user_data`, kept alive by the caller's `keep`
+            // while this runs (the caller waits for us, or leaks `keep`).
+            unsafe { func(data as *mut c_void) };
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(10)).is_ok()
+    }
+
+    /// A callback whose closure runs `body` with its own observer.
+    fn with_observer(
+        body: impl Fn(&HostCallback) + Send + 'static,
+    ) -> (PreparedCallback, HostCallback) {
+        let me = Arc::new(OnceLock::<HostCallback>::new());
+        let inner = me.clone();
+        let cb = prepare(move || {
+            if let Some(observer) = inner.get() {
+                body(observer);
+            }
+        });
+        let _ = me.set(cb.observer.clone());
+        let observer = cb.observer.clone();
+        (cb, observer)
+    }
+
+    #[test]
+    fn a_closure_may_observe_its_own_callback() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let (cb, observer) = with_observer(move |me| {
+            let entry = (me.check().is_ok(), me.panic_message(), me.calls());
+            log.lock().unwrap().push(entry);
+        });
+        for _ in 0..2 {
+            if !run_like_the_driver(&cb) {
+                std::mem::forget(cb);
+                panic!("the callback deadlocked observing itself");
+            }
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(true, None, Some(0)), (true, None, Some(1))]
+        );
+        assert_eq!(observer.calls(), Some(2));
+        assert!(observer.check().is_ok());
+    }
+
+    #[test]
+    fn a_panicking_closure_is_reported_and_not_run_again() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counter = runs.clone();
+        let cb = prepare(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            panic!("boom {}", 42);
+        });
+        let observer = cb.observer.clone();
+        assert!(observer.check().is_ok());
+        for _ in 0..3 {
+            assert!(run_like_the_driver(&cb), "the callback hung");
+        }
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "run again after it panicked"
+        );
+        assert_eq!(observer.calls(), Some(0));
+        assert_eq!(observer.panic_message().as_deref(), Some("boom 42"));
+        match observer.check() {
+            Err(Error::CallbackPanicked(m)) => assert_eq!(m, "boom 42"),
+            other => panic!("expected CallbackPanicked, got {other:?}"),
+        }
+        drop(cb);
+        assert!(observer.is_released());
+        assert_eq!(observer.panic_message(), None);
+    }
+
+    #[test]
+    fn a_closure_panicking_while_observing_itself_is_reported() {
+        let (cb, observer) = with_observer(|me| {
+            let _ = me.check();
+            panic!("observed, then panicked");
+        });
+        if !run_like_the_driver(&cb) {
+            std::mem::forget(cb);
+            panic!("the callback deadlocked observing itself");
+        }
+        assert!(matches!(
+            observer.check(),
+            Err(Error::CallbackPanicked(m)) if m == "observed, then panicked"
+        ));
+        // Now disabled: observing from inside can't happen any more, and running is a no-op.
+        assert!(run_like_the_driver(&cb));
+        assert_eq!(observer.calls(), Some(0));
+    }
+
+    /// A panic payload that records where it was dropped.
+    struct Payload(mpsc::Sender<Option<String>>);
+
+    impl Drop for Payload {
+        fn drop(&mut self) {
+            let _ = self
+                .0
+                .send(std::thread::current().name().map(str::to_string));
+        }
+    }
+
+    #[test]
+    fn the_panic_payload_is_dropped_on_the_release_thread() {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(Some(tx));
+        let cb = prepare(move || {
+            if let Some(tx) = tx.lock().unwrap().take() {
+                std::panic::panic_any(Payload(tx));
+            }
+        });
+        assert!(run_like_the_driver(&cb));
+        assert_eq!(
+            cb.observer.panic_message().as_deref(),
+            Some("a non-string panic payload")
+        );
+        let dropped_on = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the panic payload was never dropped (leaked)");
+        assert_eq!(dropped_on.as_deref(), Some("cuda-graph-release"));
+    }
+}

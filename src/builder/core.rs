@@ -7,6 +7,7 @@ use cudarc::driver::sys;
 use crate::driver::graph::{next_id, GraphHandle, TreeState};
 use crate::driver::release::{CaptureActive, Restricts};
 use crate::driver::stream::CaptureLink;
+use crate::driver::stream::{status_out, CaptureStatus};
 use crate::driver::{self, drv, DriverVersion};
 use crate::error::{Error, Result};
 use crate::runtime::{Event, Recording, Stream};
@@ -162,18 +163,18 @@ impl Core {
 
     /// The capture's status: `Ok` while active, [`Error::CaptureInvalidated`] once invalidated.
     pub(crate) fn status(&self) -> Result<()> {
-        use sys::CUstreamCaptureStatus::*;
         match self.stream.handle.capture_status()? {
-            CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(()),
-            CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
-                Err(Error::CaptureInvalidated(driver::driver_error(
-                    sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
-                    "cuStreamIsCapturing",
-                )))
-            }
-            _ => Err(Error::InvalidArgument(
+            CaptureStatus::Active => Ok(()),
+            CaptureStatus::Invalidated => Err(Error::CaptureInvalidated(driver::driver_error(
+                sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                "cuStreamIsCapturing",
+            ))),
+            CaptureStatus::None => Err(Error::InvalidArgument(
                 "the builder's stream is not capturing".into(),
             )),
+            CaptureStatus::Unknown(v) => Err(Error::InvalidArgument(format!(
+                "the builder's stream reports capture status {v}, which this crate does not know"
+            ))),
         }
     }
 
@@ -196,12 +197,12 @@ impl Core {
         let mut deps: *const sys::CUgraphNode = std::ptr::null();
         let mut edges: *const sys::CUgraphEdgeData = std::ptr::null();
         let mut n = 0usize;
-        // SAFETY: the stream is live; all out pointers are valid. The status is written as the
-        // driver's 4-byte enum into a `u32`, never read as the Rust enum.
+        // SAFETY: the stream is live; all out pointers are valid. The status is written into a
+        // `u32` (see `status_out`), never read as the bindings' enum.
         unsafe {
             drv!(cuStreamGetCaptureInfo_v3(
                 self.stream.raw(),
-                (&mut status as *mut u32).cast::<sys::CUstreamCaptureStatus>(),
+                status_out(&mut status),
                 std::ptr::null_mut(),
                 &mut graph,
                 &mut deps,
@@ -209,7 +210,7 @@ impl Core {
                 &mut n
             ))
         }?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE as u32 {
+        if CaptureStatus::from_raw(status) != CaptureStatus::Active {
             self.status()?;
         }
         fn copy<T: Copy>(p: *const T, n: usize) -> Vec<T> {
@@ -284,7 +285,7 @@ impl Core {
 pub(crate) fn capture_error(e: Error) -> Error {
     match e {
         Error::Driver(d)
-            if d.code == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED as u32 =>
+            if d.code() == sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED as u32 =>
         {
             Error::CaptureInvalidated(d)
         }

@@ -149,12 +149,12 @@ pub(crate) fn driver_error(r: sys::CUresult, call: &'static str) -> DriverError 
             unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
         }
     };
-    DriverError {
+    DriverError::new(
         call,
-        code: r as u32,
-        name: read(name, "CUDA_ERROR_UNKNOWN_CODE"),
-        description: read(desc, "unrecognised error code"),
-    }
+        r as u32,
+        read(name, "CUDA_ERROR_UNKNOWN_CODE"),
+        read(desc, "unrecognised error code"),
+    )
 }
 
 /// Turns a `CUresult` into `Result<()>`.

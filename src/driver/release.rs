@@ -26,6 +26,9 @@ use cudarc::driver::sys;
 use super::context::PrimaryContext;
 use super::drv;
 
+static_assertions::assert_eq_size!(u32, sys::CUstreamCaptureMode);
+static_assertions::assert_eq_align!(u32, sys::CUstreamCaptureMode);
+
 /// Work for the release thread.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
@@ -62,9 +65,13 @@ fn sender() -> Option<&'static Mutex<Sender<Msg>>> {
             std::thread::Builder::new()
                 .name("cuda-graph-release".into())
                 .spawn(move || {
-                    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-                    // SAFETY: only sets this thread's capture interaction mode; `mode` is valid.
-                    let _ = unsafe { drv!(cuThreadExchangeStreamCaptureMode(&mut mode)) };
+                    // The driver writes the previous mode back: into a `u32`, so a mode a newer
+                    // driver has is never held as the bindings' enum.
+                    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
+                    let mode_ptr = (&mut mode as *mut u32).cast::<sys::CUstreamCaptureMode>();
+                    // SAFETY: only sets this thread's capture interaction mode; `mode_ptr` points
+                    // at a live, initialised 4-byte integer holding a valid mode.
+                    let _ = unsafe { drv!(cuThreadExchangeStreamCaptureMode(mode_ptr)) };
                     for msg in rx {
                         if let Msg::Run(job) = msg {
                             // A panicking destructor must not take the thread down.

@@ -19,6 +19,48 @@ pub(crate) struct CaptureLink {
     pub(crate) id: u64,
 }
 
+/// A stream's capture status (`CUstreamCaptureStatus`), read from the driver as an integer so a
+/// status a newer driver adds is not undefined behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CaptureStatus {
+    /// `CU_STREAM_CAPTURE_STATUS_NONE`: not capturing.
+    None,
+    /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`: capturing.
+    Active,
+    /// `CU_STREAM_CAPTURE_STATUS_INVALIDATED`: the capture was invalidated; it must be ended.
+    Invalidated,
+    /// A status this crate does not know.
+    Unknown(u32),
+}
+
+impl CaptureStatus {
+    /// The raw value of `CU_STREAM_CAPTURE_STATUS_NONE`, to initialise an out parameter.
+    pub(crate) const NONE_RAW: u32 =
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE as u32;
+
+    /// Converts the value the driver wrote.
+    pub(crate) fn from_raw(v: u32) -> Self {
+        use sys::CUstreamCaptureStatus::*;
+        match v {
+            _ if v == CU_STREAM_CAPTURE_STATUS_NONE as u32 => Self::None,
+            _ if v == CU_STREAM_CAPTURE_STATUS_ACTIVE as u32 => Self::Active,
+            _ if v == CU_STREAM_CAPTURE_STATUS_INVALIDATED as u32 => Self::Invalidated,
+            _ => Self::Unknown(v),
+        }
+    }
+}
+
+// The driver writes a C enum (4 bytes) where `status_out` points.
+static_assertions::assert_eq_size!(u32, sys::CUstreamCaptureStatus);
+static_assertions::assert_eq_align!(u32, sys::CUstreamCaptureStatus);
+
+/// `status` as the out parameter of `cuStreamIsCapturing` / `cuStreamGetCaptureInfo_*`: the driver
+/// writes the status into the `u32`, which is then converted with [`CaptureStatus::from_raw`]
+/// (never read as the bindings' enum).
+pub(crate) fn status_out(status: &mut u32) -> *mut sys::CUstreamCaptureStatus {
+    (status as *mut u32).cast()
+}
+
 /// An owned non-blocking stream (`cuStreamCreate(CU_STREAM_NON_BLOCKING)`), destroyed on drop.
 #[derive(Debug)]
 pub(crate) struct StreamHandle {
@@ -55,12 +97,18 @@ impl StreamHandle {
     }
 
     /// Whether the stream is capturing, and the capture's status.
-    pub(crate) fn capture_status(&self) -> Result<sys::CUstreamCaptureStatus> {
+    pub(crate) fn capture_status(&self) -> Result<CaptureStatus> {
         self.ctx.bind()?;
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: `raw` is a live stream; `status` is a valid out pointer.
-        unsafe { drv!(cuStreamIsCapturing(self.raw, &mut status)) }?;
-        Ok(status)
+        self.raw_capture_status()
+    }
+
+    /// `cuStreamIsCapturing`; the context must be current.
+    fn raw_capture_status(&self) -> Result<CaptureStatus> {
+        let mut status = CaptureStatus::NONE_RAW;
+        // SAFETY: `raw` is a live stream; `status_out` points at a `u32` the driver may write any
+        // status value into (it is never read as the bindings' enum).
+        unsafe { drv!(cuStreamIsCapturing(self.raw, status_out(&mut status))) }?;
+        Ok(CaptureStatus::from_raw(status))
     }
 
     /// Ends any capture on this stream (an invalidated one too) so the stream can be used again.
@@ -72,12 +120,10 @@ impl StreamHandle {
         if self.ctx.bind().is_err() {
             return true;
         }
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: `raw` is a live stream; `status` is a valid out pointer.
-        if unsafe { drv!(cuStreamIsCapturing(self.raw, &mut status)) }.is_err()
-            || status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-        {
-            return true;
+        match self.raw_capture_status() {
+            Err(_) | Ok(CaptureStatus::None) => return true,
+            // Active, invalidated, or a status a newer driver added: try to end it.
+            Ok(_) => {}
         }
         let mut graph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (or invalidated); ending it is legal here because
@@ -100,5 +146,42 @@ impl Drop for StreamHandle {
         release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
             drv_drop!(cuStreamDestroy_v2(raw))
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_statuses_convert_without_trusting_the_driver() {
+        use sys::CUstreamCaptureStatus::*;
+        assert_eq!(
+            CaptureStatus::from_raw(CaptureStatus::NONE_RAW),
+            CaptureStatus::None
+        );
+        assert_eq!(
+            CaptureStatus::from_raw(CU_STREAM_CAPTURE_STATUS_ACTIVE as u32),
+            CaptureStatus::Active
+        );
+        assert_eq!(
+            CaptureStatus::from_raw(CU_STREAM_CAPTURE_STATUS_INVALIDATED as u32),
+            CaptureStatus::Invalidated
+        );
+        assert_eq!(CaptureStatus::from_raw(3), CaptureStatus::Unknown(3));
+        assert_eq!(
+            CaptureStatus::from_raw(0xDEAD_BEEF),
+            CaptureStatus::Unknown(0xDEAD_BEEF)
+        );
+    }
+
+    #[test]
+    fn the_status_out_pointer_is_the_u32() {
+        let mut v = 7u32;
+        let p = status_out(&mut v);
+        // SAFETY: `p` points at `v`, a live `u32`; writing a `u32` through it is what the driver
+        // does.
+        unsafe { p.cast::<u32>().write(CaptureStatus::NONE_RAW) };
+        assert_eq!(CaptureStatus::from_raw(v), CaptureStatus::None);
     }
 }

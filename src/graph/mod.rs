@@ -116,39 +116,142 @@ impl std::fmt::Debug for Graph {
     }
 }
 
-fn instantiate_failure(r: sys::CUgraphInstantiateResult) -> InstantiateFailure {
-    use sys::CUgraphInstantiateResult::*;
-    match r {
-        CUDA_GRAPH_INSTANTIATE_ERROR => InstantiateFailure::InvalidStructure,
-        CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE => InstantiateFailure::InvalidGraphStructure,
-        CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED => {
-            InstantiateFailure::NodeOperationNotSupported
-        }
-        CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED => {
-            InstantiateFailure::MultipleContextsNotSupported
-        }
-        CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED => {
-            InstantiateFailure::ConditionalHandleUnused
-        }
-        other => InstantiateFailure::Other(other as u32),
-    }
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` with `result_out` as the integer it is in C, so a result a
+/// newer driver writes there is not undefined behaviour (the bindings' field is a Rust enum).
+#[repr(C)]
+struct InstantiateParams {
+    flags: u64,
+    upload_stream: sys::CUstream,
+    err_node_out: sys::CUgraphNode,
+    /// A `CUgraphInstantiateResult`.
+    result_out: u32,
 }
 
-fn update_failure(r: sys::CUgraphExecUpdateResult) -> UpdateFailure {
-    use sys::CUgraphExecUpdateResult::*;
-    match r {
-        CU_GRAPH_EXEC_UPDATE_ERROR => UpdateFailure::Error,
-        CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => UpdateFailure::TopologyChanged,
-        CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => UpdateFailure::NodeTypeChanged,
-        CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => UpdateFailure::FunctionChanged,
-        CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => UpdateFailure::ParametersChanged,
-        CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => UpdateFailure::NotSupported,
-        CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE => {
-            UpdateFailure::UnsupportedFunctionChange
-        }
-        CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED => UpdateFailure::AttributesChanged,
-        other => UpdateFailure::Other(other as u32),
+static_assertions::assert_eq_size!(InstantiateParams, sys::CUDA_GRAPH_INSTANTIATE_PARAMS);
+static_assertions::assert_eq_align!(InstantiateParams, sys::CUDA_GRAPH_INSTANTIATE_PARAMS);
+static_assertions::assert_eq_size!(u32, sys::CUgraphInstantiateResult);
+static_assertions::const_assert_eq!(
+    std::mem::offset_of!(InstantiateParams, flags),
+    std::mem::offset_of!(sys::CUDA_GRAPH_INSTANTIATE_PARAMS, flags)
+);
+static_assertions::const_assert_eq!(
+    std::mem::offset_of!(InstantiateParams, upload_stream),
+    std::mem::offset_of!(sys::CUDA_GRAPH_INSTANTIATE_PARAMS, hUploadStream)
+);
+static_assertions::const_assert_eq!(
+    std::mem::offset_of!(InstantiateParams, err_node_out),
+    std::mem::offset_of!(sys::CUDA_GRAPH_INSTANTIATE_PARAMS, hErrNode_out)
+);
+static_assertions::const_assert_eq!(
+    std::mem::offset_of!(InstantiateParams, result_out),
+    std::mem::offset_of!(sys::CUDA_GRAPH_INSTANTIATE_PARAMS, result_out)
+);
+
+/// `CUgraphExecUpdateResultInfo` with `result` as the integer it is in C (see
+/// [`InstantiateParams`]).
+#[repr(C)]
+struct UpdateResultInfo {
+    /// A `CUgraphExecUpdateResult`.
+    result: u32,
+    error_node: sys::CUgraphNode,
+    error_from_node: sys::CUgraphNode,
+}
+
+static_assertions::assert_eq_size!(UpdateResultInfo, sys::CUgraphExecUpdateResultInfo);
+static_assertions::assert_eq_align!(UpdateResultInfo, sys::CUgraphExecUpdateResultInfo);
+static_assertions::assert_eq_size!(u32, sys::CUgraphExecUpdateResult);
+static_assertions::const_assert_eq!(
+    std::mem::offset_of!(UpdateResultInfo, result),
+    std::mem::offset_of!(sys::CUgraphExecUpdateResultInfo, result)
+);
+static_assertions::const_assert_eq!(
+    std::mem::offset_of!(UpdateResultInfo, error_node),
+    std::mem::offset_of!(sys::CUgraphExecUpdateResultInfo, errorNode)
+);
+static_assertions::const_assert_eq!(
+    std::mem::offset_of!(UpdateResultInfo, error_from_node),
+    std::mem::offset_of!(sys::CUgraphExecUpdateResultInfo, errorFromNode)
+);
+
+/// The failure a `CUgraphInstantiateResult` value stands for; `None` for success.
+fn instantiate_failure(v: u32) -> Option<InstantiateFailure> {
+    use sys::CUgraphInstantiateResult::*;
+    const TABLE: [(sys::CUgraphInstantiateResult, InstantiateFailure); 5] = [
+        (
+            CUDA_GRAPH_INSTANTIATE_ERROR,
+            InstantiateFailure::InvalidStructure,
+        ),
+        (
+            CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE,
+            InstantiateFailure::InvalidGraphStructure,
+        ),
+        (
+            CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED,
+            InstantiateFailure::NodeOperationNotSupported,
+        ),
+        (
+            CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED,
+            InstantiateFailure::MultipleContextsNotSupported,
+        ),
+        (
+            CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED,
+            InstantiateFailure::ConditionalHandleUnused,
+        ),
+    ];
+    if v == CUDA_GRAPH_INSTANTIATE_SUCCESS as u32 {
+        return None;
     }
+    Some(
+        TABLE
+            .iter()
+            .find(|(r, _)| *r as u32 == v)
+            .map_or(InstantiateFailure::Other(v), |(_, f)| *f),
+    )
+}
+
+/// The failure a `CUgraphExecUpdateResult` value stands for; `None` for success.
+fn update_failure(v: u32) -> Option<UpdateFailure> {
+    use sys::CUgraphExecUpdateResult::*;
+    const TABLE: [(sys::CUgraphExecUpdateResult, UpdateFailure); 8] = [
+        (CU_GRAPH_EXEC_UPDATE_ERROR, UpdateFailure::Error),
+        (
+            CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+            UpdateFailure::TopologyChanged,
+        ),
+        (
+            CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
+            UpdateFailure::NodeTypeChanged,
+        ),
+        (
+            CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED,
+            UpdateFailure::FunctionChanged,
+        ),
+        (
+            CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+            UpdateFailure::ParametersChanged,
+        ),
+        (
+            CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED,
+            UpdateFailure::NotSupported,
+        ),
+        (
+            CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE,
+            UpdateFailure::UnsupportedFunctionChange,
+        ),
+        (
+            CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED,
+            UpdateFailure::AttributesChanged,
+        ),
+    ];
+    if v == CU_GRAPH_EXEC_UPDATE_SUCCESS as u32 {
+        return None;
+    }
+    Some(
+        TABLE
+            .iter()
+            .find(|(r, _)| *r as u32 == v)
+            .map_or(UpdateFailure::Other(v), |(_, f)| *f),
+    )
 }
 
 impl Graph {
@@ -159,35 +262,35 @@ impl Graph {
     ) -> Result<Graph> {
         driver::require("cuGraphInstantiateWithParams", DriverVersion::V12_0)?;
         graph.ctx.bind()?;
-        let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+        let mut params = InstantiateParams {
             flags: options.flags(),
-            hUploadStream: options
+            upload_stream: options
                 .upload_stream
                 .as_ref()
                 .map_or(std::ptr::null_mut(), |s| s.raw()),
-            hErrNode_out: std::ptr::null_mut(),
-            result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS,
+            err_node_out: std::ptr::null_mut(),
+            result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS as u32,
         };
         let mut exec = std::ptr::null_mut();
         let tree = graph.lock();
-        // SAFETY: `graph` is live and its tree locked; `params` is fully initialised; `exec` is a
-        // valid out pointer.
+        // SAFETY: `graph` is live and its tree locked; `params` is fully initialised and has the
+        // layout of `CUDA_GRAPH_INSTANTIATE_PARAMS` (asserted above), with `result_out` a `u32`
+        // that is never read as the bindings' enum; `exec` is a valid out pointer.
         let r = unsafe {
             drv!(cuGraphInstantiateWithParams(
                 &mut exec,
                 graph.raw,
-                &mut params
+                (&mut params as *mut InstantiateParams).cast()
             ))
         };
         drop(tree);
-        let result = params.result_out;
-        if result != sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS {
+        if let Some(reason) = instantiate_failure(params.result_out) {
             if !exec.is_null() {
                 // SAFETY: an exec returned despite a failure result is ours to destroy.
                 unsafe { crate::driver::drv_drop!(cuGraphExecDestroy(exec)) };
             }
             return Err(Error::Instantiate {
-                reason: instantiate_failure(result),
+                reason,
                 source: r.err().and_then(|e| e.driver_error().cloned()),
             });
         }
@@ -238,15 +341,28 @@ impl Graph {
     pub fn update(&mut self, source: &impl UpdateSource) -> Result<()> {
         let graph = source.finished_graph()?;
         self.exec.ctx.bind()?;
-        // SAFETY: a zeroed result-info struct is a valid out parameter (plain C data).
-        let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+        let mut info = UpdateResultInfo {
+            result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS as u32,
+            error_node: std::ptr::null_mut(),
+            error_from_node: std::ptr::null_mut(),
+        };
         let tree = graph.lock();
-        // SAFETY: exec and graph are live, the graph's tree locked; `info` is a valid out pointer.
-        let r = unsafe { drv!(cuGraphExecUpdate_v2(self.exec.raw, graph.raw, &mut info)) };
+        // SAFETY: exec and graph are live, the graph's tree locked; `info` is a valid out pointer
+        // with the layout of `CUgraphExecUpdateResultInfo` (asserted above), its `result` a `u32`
+        // that is never read as the bindings' enum.
+        let r = unsafe {
+            drv!(cuGraphExecUpdate_v2(
+                self.exec.raw,
+                graph.raw,
+                (&mut info as *mut UpdateResultInfo).cast()
+            ))
+        };
         drop(tree);
-        if info.result != sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS || r.is_err() {
+        let failure = update_failure(info.result);
+        if failure.is_some() || r.is_err() {
             return Err(Error::Update {
-                reason: update_failure(info.result),
+                // A failed call with a success result: the raw result, with the call's error.
+                reason: failure.unwrap_or(UpdateFailure::Other(info.result)),
                 source: r.err().and_then(|e| e.driver_error().cloned()),
             });
         }
@@ -276,4 +392,45 @@ pub(crate) fn path_cstring(path: &Path) -> Result<CString> {
         path: s.to_string(),
         message: "the path contains a NUL byte".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instantiate_results_convert_without_trusting_the_driver() {
+        use sys::CUgraphInstantiateResult::*;
+        assert_eq!(
+            instantiate_failure(CUDA_GRAPH_INSTANTIATE_SUCCESS as u32),
+            None
+        );
+        assert_eq!(
+            instantiate_failure(CUDA_GRAPH_INSTANTIATE_ERROR as u32),
+            Some(InstantiateFailure::InvalidStructure)
+        );
+        assert_eq!(
+            instantiate_failure(CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED as u32),
+            Some(InstantiateFailure::ConditionalHandleUnused)
+        );
+        assert_eq!(
+            instantiate_failure(0xDEAD_BEEF),
+            Some(InstantiateFailure::Other(0xDEAD_BEEF))
+        );
+    }
+
+    #[test]
+    fn update_results_convert_without_trusting_the_driver() {
+        use sys::CUgraphExecUpdateResult::*;
+        assert_eq!(update_failure(CU_GRAPH_EXEC_UPDATE_SUCCESS as u32), None);
+        assert_eq!(
+            update_failure(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED as u32),
+            Some(UpdateFailure::TopologyChanged)
+        );
+        assert_eq!(
+            update_failure(CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED as u32),
+            Some(UpdateFailure::AttributesChanged)
+        );
+        assert_eq!(update_failure(1234), Some(UpdateFailure::Other(1234)));
+    }
 }

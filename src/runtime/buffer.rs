@@ -6,11 +6,57 @@ use crate::driver::drv;
 use crate::driver::memory::DeviceAlloc;
 use crate::error::{Error, Result};
 
-/// Element types that can live in a [`DeviceBuffer`].
+/// Plain data that can be copied to and from the device byte for byte: the element type of a
+/// [`DeviceBuffer`], and a kernel argument passed by value ([`KernelArgs::push_value`]).
+///
+/// Implemented for the primitive integers and floats. Implement it for your own `#[repr(C)]`
+/// structs that mirror a kernel's parameter or element type:
+///
+/// ```
+/// use cuda_graph::DeviceCopy;
+///
+/// /// CUDA's `float4` (`struct __align__(16) float4 { float x, y, z, w; }`).
+/// #[derive(Clone, Copy)]
+/// #[repr(C, align(16))]
+/// struct Float4 {
+///     x: f32,
+///     y: f32,
+///     z: f32,
+///     w: f32,
+/// }
+///
+/// // SAFETY: four `f32`s (every bit pattern valid), no pointers, no interior mutability, and
+/// // the layout (16 bytes, 16-byte aligned) of the kernel's `float4`.
+/// unsafe impl DeviceCopy for Float4 {}
+/// ```
 ///
 /// # Safety
-/// Every bit pattern of `size_of::<Self>()` bytes must be a valid `Self` (values are copied back
-/// from the device byte for byte), and the type must hold no pointers or references.
+/// By implementing `DeviceCopy` for a type you promise all of the following:
+///
+/// - **Every bit pattern is valid.** Any `size_of::<Self>()` bytes are a valid `Self`: values are
+///   copied back from device memory byte for byte ([`DeviceBuffer::to_vec`]), whatever a kernel
+///   wrote there. So no `bool`, `char`, Rust enums, `NonZero*`, references or `Box`es, nor types
+///   containing them.
+/// - **No pointers, references or interior mutability.** The type holds no host pointers or
+///   references (a kernel could not use them, and reading one back would forge it) and nothing
+///   like `Cell`, `UnsafeCell` or atomics: its bytes are copied without synchronisation. A device
+///   address stored as an integer (`u64`, like [`DeviceBuffer::device_ptr`]) is fine.
+/// - **`Copy + Send + Sync + 'static`** (the supertraits): values are duplicated bitwise, never
+///   dropped, and may be copied on any thread at any time while a graph holds them.
+/// - **The device's layout.** Its size, field offsets and alignment are exactly those of the type
+///   the kernel declares for the parameter or element: use `#[repr(C)]` (or `#[repr(transparent)]`
+///   over such a type), never the default Rust representation, and `#[repr(C, align(N))]` to match
+///   a CUDA `__align__(N)` type. Padding bytes are copied as they are; their values are
+///   unspecified, so a kernel must not depend on them.
+///
+/// **Supported alignments**: every alignment the Rust type can have. A kernel argument is stored
+/// on the host in an allocation of its own with the type's alignment, and the driver copies it
+/// into the kernel's parameter space at the offset the kernel declares. Device buffers start at a
+/// `cuMemAlloc` address, aligned to at least 256 bytes, so elements of alignment up to 256 are
+/// aligned on the device (and host copies go through `Vec<Self>` / `&[Self]`, aligned for the
+/// type). Zero-sized types cannot be allocated on the device and match no kernel parameter.
+///
+/// [`KernelArgs::push_value`]: crate::KernelArgs::push_value
 pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
 
 macro_rules! device_copy {

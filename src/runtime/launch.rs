@@ -1,4 +1,6 @@
+use std::alloc::Layout;
 use std::any::Any;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::{DeviceBuffer, DeviceCopy};
@@ -57,10 +59,14 @@ pub trait KernelArg {
 /// let args = KernelArgs::new().arg(buf).arg(3i32).arg(4i32);
 /// # }
 /// ```
+///
+/// Each argument is stored in an allocation of its own with its type's layout (size and
+/// alignment), so a `#[repr(C, align(16))]` or `align(64)` [`DeviceCopy`] argument is as aligned
+/// as its type requires while the driver reads it.
 #[derive(Default)]
 pub struct KernelArgs {
-    /// Each argument's bytes, 8-byte aligned.
-    values: Vec<Box<[u64]>>,
+    /// Each argument's bytes, with its type's alignment.
+    values: Vec<ArgValue>,
     /// Resources the arguments refer to.
     pub(crate) keep: Vec<Arc<dyn Any + Send + Sync>>,
 }
@@ -101,13 +107,9 @@ impl KernelArgs {
         self.values.is_empty()
     }
 
-    /// Appends the bytes of a plain value.
+    /// Appends the bytes of a plain value, stored with `T`'s alignment.
     pub fn push_value<T: DeviceCopy>(&mut self, value: T) {
-        let words = std::mem::size_of::<T>().div_ceil(8).max(1);
-        let mut storage = vec![0u64; words].into_boxed_slice();
-        // SAFETY: `storage` holds at least size_of::<T>() bytes and is 8-byte aligned.
-        unsafe { storage.as_mut_ptr().cast::<T>().write(value) };
-        self.values.push(storage);
+        self.values.push(ArgValue::new(value));
     }
 
     /// Keeps `resource` alive as long as a graph that captures this launch.
@@ -119,10 +121,54 @@ impl KernelArgs {
     pub(crate) fn pointers(&self) -> Vec<*mut std::ffi::c_void> {
         self.values
             .iter()
-            .map(|v| v.as_ptr() as *mut std::ffi::c_void)
+            .map(|v| v.ptr.as_ptr().cast::<std::ffi::c_void>())
             .collect()
     }
 }
+
+/// One argument's bytes, in a heap allocation with the layout of the argument's type (its size
+/// rounded up to at least one byte, so a zero-sized argument still has a valid, unique address);
+/// freed on drop.
+struct ArgValue {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl ArgValue {
+    fn new<T: DeviceCopy>(value: T) -> Self {
+        let t = Layout::new::<T>();
+        // A zero-sized `T` gets the layout of `(T, u8)`: at least one byte, aligned for `T`.
+        let layout = if t.size() == 0 {
+            Layout::new::<(T, u8)>()
+        } else {
+            t
+        };
+        // SAFETY: `layout` has a non-zero size (ensured above).
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        debug_assert!(layout.size() >= t.size() && layout.align() >= t.align());
+        // SAFETY: `ptr` is a fresh allocation of at least `size_of::<T>()` bytes, aligned to
+        // `align_of::<T>()` (its layout was made from `T`'s), so it is valid for writing a `T`.
+        unsafe { ptr.as_ptr().cast::<T>().write(value) };
+        ArgValue { ptr, layout }
+    }
+}
+
+impl Drop for ArgValue {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` was allocated in `new` with exactly `layout` and is freed once, here. The
+        // value in it is `DeviceCopy`, hence `Copy`: it has no destructor to run.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+// SAFETY: an `ArgValue` owns its allocation alone and holds the bytes of a `DeviceCopy` value,
+// which is `Send + Sync` and has no interior mutability; it is only read through `&self`.
+unsafe impl Send for ArgValue {}
+// SAFETY: as above.
+unsafe impl Sync for ArgValue {}
 
 impl<T: DeviceCopy> KernelArg for T {
     fn push_to(&self, args: &mut KernelArgs) {
@@ -157,6 +203,75 @@ mod tests {
             assert_eq!(*(p[1] as *const f32), 2.5);
             assert_eq!(*(p[2] as *const u64), u64::MAX);
         }
+    }
+
+    /// A device type with a 64-byte alignment, as a `__align__(64)` CUDA struct.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    #[repr(C, align(64))]
+    struct Wide {
+        a: [u64; 3],
+        b: f32,
+    }
+    // SAFETY: plain numbers (every bit pattern valid), no pointers, `#[repr(C)]`; the padding is
+    // never read as a value.
+    unsafe impl DeviceCopy for Wide {}
+
+    /// A 16-byte-aligned type, as CUDA's `float4`.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    #[repr(C, align(16))]
+    struct Float4([f32; 4]);
+    // SAFETY: as above.
+    unsafe impl DeviceCopy for Float4 {}
+
+    #[test]
+    fn over_aligned_values_are_stored_aligned() {
+        let wide = Wide {
+            a: [1, u64::MAX, 3],
+            b: -0.5,
+        };
+        let f4 = Float4([1.0, 2.0, 3.0, 4.0]);
+        // Several rounds, so a misaligned slot cannot pass by chance.
+        let mut args = KernelArgs::new();
+        for _ in 0..8 {
+            args.push(7u8).push(wide).push(3u16).push(f4);
+        }
+        assert_eq!(args.len(), 32);
+        let p = args.pointers();
+        for chunk in p.chunks(4) {
+            assert_eq!(
+                chunk[1] as usize % 64,
+                0,
+                "a 64-aligned argument at {:p}",
+                chunk[1]
+            );
+            assert_eq!(
+                chunk[3] as usize % 16,
+                0,
+                "a 16-aligned argument at {:p}",
+                chunk[3]
+            );
+            // SAFETY: each pointer points at the argument pushed in that place, aligned for its
+            // type (asserted above) and alive while `args` is.
+            unsafe {
+                assert_eq!(*(chunk[0] as *const u8), 7);
+                assert_eq!(*(chunk[1] as *const Wide), wide);
+                assert_eq!(*(chunk[2] as *const u16), 3);
+                assert_eq!(*(chunk[3] as *const Float4), f4);
+            }
+        }
+    }
+
+    #[test]
+    fn zero_sized_values_get_a_valid_pointer() {
+        #[derive(Clone, Copy)]
+        struct Nothing;
+        // SAFETY: a zero-sized type has no bytes to be invalid.
+        unsafe impl DeviceCopy for Nothing {}
+        let args = KernelArgs::new().arg(Nothing).arg(5i64);
+        let p = args.pointers();
+        assert!(!p[0].is_null());
+        // SAFETY: the pointer points at the `i64` pushed second.
+        assert_eq!(unsafe { *(p[1] as *const i64) }, 5);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig}
 use crate::driver::drv;
 use crate::driver::graph::{lock_two, GraphHandle, TreeState};
 use crate::driver::stream::{CaptureLink, StreamHandle};
+use crate::driver::stream::{CaptureStatus};
 use crate::error::{Error, Result};
 use crate::Device;
 
@@ -130,8 +131,7 @@ impl Stream {
 
     /// Whether the stream is capturing now (an invalidated capture counts).
     pub fn is_capturing(&self) -> Result<bool> {
-        Ok(self.handle.capture_status()?
-            != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        Ok(self.handle.capture_status()? != CaptureStatus::None)
     }
 
     /// Runs `op`, which issues work on this stream, atomically with respect to beginning and

@@ -1,7 +1,8 @@
 //! Forks and joins, child graphs, host callbacks.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use cuda_graph::prelude::*;
 
@@ -54,6 +55,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         "fork::callback_panic_is_caught",
         Needs::Gpu,
         callback_panic_is_caught,
+    ),
+    (
+        "fork::callback_may_observe_itself",
+        Needs::Gpu,
+        callback_may_observe_itself,
     ),
     (
         "fork::failed_join_leaves_nothing_dangling",
@@ -301,6 +307,47 @@ fn callback_panic_is_caught(gpu: &Gpu) -> TestResult {
         Some("boom in a host callback")
     );
     assert!(matches!(cb.check(), Err(Error::CallbackPanicked(_))));
+    Ok(())
+}
+
+/// A closure that calls its own observer's methods (it deadlocked the driver's callback thread
+/// when the observer's lock was held while the closure ran). A hang fails after a timeout.
+fn callback_may_observe_itself(gpu: &Gpu) -> TestResult {
+    let me = Arc::new(OnceLock::<HostCallback>::new());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (inner, log) = (me.clone(), seen.clone());
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let cb = p.callback(move || {
+        if let Some(me) = inner.get() {
+            let entry = (me.check().is_ok(), me.panic_message(), me.calls());
+            log.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
+        }
+    })?;
+    let _ = me.set(cb.clone());
+    let g = p.end_building()?.complete(&Default::default())?;
+    let s = gpu.stream();
+    for _ in 0..3 {
+        g.launch(&s)?;
+    }
+    let (tx, rx) = mpsc::channel();
+    let waiter = s.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(waiter.synchronize());
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(r) => r?,
+        Err(_) => return Err("the callback deadlocked observing itself".into()),
+    }
+    assert_eq!(
+        *seen.lock().unwrap_or_else(|e| e.into_inner()),
+        [
+            (true, None, Some(0)),
+            (true, None, Some(1)),
+            (true, None, Some(2))
+        ]
+    );
+    assert_eq!(cb.calls(), Some(3));
+    cb.check()?;
     Ok(())
 }
 

@@ -50,7 +50,7 @@ pub fn no_driver_gives_an_error() -> TestResult {
         Ok(_) => assert!(present),
         Err(Error::InvalidDevice { count: 0, .. }) => assert!(present),
         // A driver without a usable device (e.g. a container without the GPU passed through).
-        Err(Error::Driver(d)) if d.call == "cuInit" => assert!(present, "{d}"),
+        Err(Error::Driver(d)) if d.call() == "cuInit" => assert!(present, "{d}"),
         Err(e) => return Err(format!("unexpected error: {e}").into()),
     }
     if !present {
