@@ -76,7 +76,8 @@ unsafe extern "C" fn trampoline(user_data: *mut c_void) {
         // SAFETY: `user_data` is `Arc::as_ptr` of a `CallbackState` that the graph (and every exec
         // made from it) keeps alive through a user object, so it is valid whenever the node runs.
         let state = unsafe { &*(user_data as *const CallbackState) };
-        state.run();
+        // CUDA calls are refused on this thread: destroys the closure causes are deferred.
+        crate::driver::release::in_callback(|| state.run());
     });
 }
 

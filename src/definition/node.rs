@@ -176,6 +176,7 @@ pub(crate) fn check_edge(
 /// (freed by the driver with it) are marked dead.
 pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) {
     tree.nodes.remove(&(graph, node.raw));
+    tree.unfreed.remove(&(graph, node.raw));
     if let Some(bodies) = tree.bodies.remove(&(graph, node.raw)) {
         tree.dead.extend(bodies);
     }

@@ -131,9 +131,18 @@ pub(crate) fn check_alloc_size(bytes: usize) -> Result<()> {
 ///
 /// The address is fixed when the node is added, but the memory exists **only while the graph
 /// runs**, from the allocation node until the free node that consumes this value
-/// ([`GraphDefinition::add_mem_free`]) — or, with no free node, until it is freed outside the
-/// graph or by the next launch with
-/// [`auto_free_on_launch`](crate::GraphCompleteOptions::auto_free_on_launch). Pass it to kernels
+/// ([`GraphDefinition::add_mem_free`]).
+///
+/// **With no free node**, the memory stays allocated after a launch (a kernel of a later launch
+/// may read it), and the rules are:
+/// - a second launch of the exec fails while the memory is still allocated, unless the exec was
+///   made with [`auto_free_on_launch`](crate::GraphCompleteOptions::auto_free_on_launch), which
+///   frees it at the start of each launch;
+/// - the [`Graph`](crate::Graph) exec frees whatever is still allocated when it is dropped,
+///   after its last launch has finished (so nothing leaks when the exec and the definition are
+///   gone; [`Device::graph_memory_in_use`](crate::Device::graph_memory_in_use) shows it).
+///
+/// Pass it to kernels
 /// that the graph orders between the two nodes (`&allocation` is a kernel argument: its device
 /// address); there is nothing to read from the host. Not `Clone`: the free node takes it, so it
 /// is freed once. `Send + Sync`.
@@ -634,6 +643,11 @@ impl GraphDefinition {
             // initialised and the driver writes `dptr`.
             unsafe { drv!(cuGraphAddMemAllocNode(out, g, d, n, &mut params)) }
         })?;
+        // Until a free node takes it, execs free it when they are dropped.
+        self.lock()?
+            .tree
+            .unfreed
+            .insert((node.graph, node.raw), params.dptr);
         Ok((
             node,
             GraphAllocation {
@@ -661,11 +675,16 @@ impl GraphDefinition {
     ) -> Result<GraphNode> {
         let ptr = allocation.ptr;
         let alloc_node = allocation.node;
-        self.add_node_with(deps, &[&alloc_node], |_| {}, |g, d, n, out| {
+        let free = self.add_node_with(deps, &[&alloc_node], |_| {}, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by
             // a live allocation node of this graph (checked with the dependencies).
             unsafe { drv!(cuGraphAddMemFreeNode(out, g, d, n, ptr)) }
-        })
+        })?;
+        self.lock()?
+            .tree
+            .unfreed
+            .remove(&(alloc_node.graph, alloc_node.raw));
+        Ok(free)
     }
 }
 

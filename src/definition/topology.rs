@@ -214,6 +214,14 @@ impl GraphDefinition {
         let mut locked = self.lock()?;
         let g = self.handle();
         let raw = node::check(&locked.tree, g.id, &node)?;
+        if locked.tree.bodies.contains_key(&(g.id, raw as usize)) && !locked.tree.captures.is_empty()
+        {
+            // Destroying a conditional node frees its bodies, which a capture may record into
+            // (a body builder still capturing, or leaked with `mem::forget`).
+            return Err(Error::InvalidArgument(
+                "a stream capture records into this graph's tree (a conditional body builder is capturing): end it before destroying a conditional node".into(),
+            ));
+        }
         // SAFETY: `raw` is a live node of the locked graph; its token is forgotten right after,
         // so it is never passed to the driver again.
         unsafe { drv!(cuGraphDestroyNode(raw)) }?;

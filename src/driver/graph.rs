@@ -71,6 +71,9 @@ pub(crate) struct TreeState {
     /// Instantiating, destroying the node, or destroying the root graph then crash inside the
     /// driver, so the crate refuses the first two and leaks the root graph.
     pub(crate) broken: Option<String>,
+    /// Memory allocation nodes with no free node in the graph: `(graph id, raw node)` → the
+    /// device address. Each exec frees what is still allocated when it is dropped.
+    pub(crate) unfreed: HashMap<(u64, usize), u64>,
 }
 
 impl TreeState {

@@ -237,11 +237,6 @@ impl Drop for CaptureActive {
     }
 }
 
-/// Process-wide counts, for tests and diagnostics: (`Global` captures recording, destroys
-/// waiting).
-pub(crate) fn pending() -> (usize, usize) {
-    (GLOBAL_ACTIVE.load(Ordering::SeqCst), lock(&DEFERRED).len())
-}
 
 /// A raw driver handle moved into a deferred destructor.
 struct SendPtr<T>(T);
@@ -254,4 +249,26 @@ impl<T> SendPtr<T> {
     fn into_inner(self) -> T {
         self.0
     }
+}
+
+unsafe extern "C" fn run_later(p: *mut std::ffi::c_void) {
+    // SAFETY: `p` is the `Box<Job>` leaked in `after_stream`; the driver calls this once.
+    let job: Box<Job> = unsafe { Box::from_raw(p.cast()) };
+    // On the driver's thread: never call CUDA, never unwind; the release thread runs the job.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || later(*job)));
+}
+
+/// Runs `job` on the release thread once `stream` has finished the work queued on it so far
+/// (`cuLaunchHostFunc`). The stream's context must be current and the stream must not be
+/// capturing (the host function would be captured). If the driver refuses, the job is leaked:
+/// what it would release may still be in use.
+pub(crate) fn after_stream(stream: sys::CUstream, job: Job) -> crate::error::Result<()> {
+    let p = Box::into_raw(Box::new(job));
+    // SAFETY: `run_later` takes back the box exactly once, never unwinds and never calls CUDA.
+    let r = unsafe { drv!(cuLaunchHostFunc(stream, Some(run_later), p.cast())) };
+    if r.is_err() {
+        // SAFETY: the driver did not take `p`; leak the job rather than run it early.
+        std::mem::forget(unsafe { Box::from_raw(p) });
+    }
+    r
 }

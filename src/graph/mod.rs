@@ -10,7 +10,7 @@ use crate::builder::{GraphBuilder, IsEnded, StandsAlone};
 use crate::driver::graph::{ExecHandle, GraphHandle};
 use crate::driver::{self, drv, DriverVersion};
 use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
-use crate::runtime::{Event, Stream};
+use crate::runtime::Stream;
 
 mod debug;
 pub(crate) use debug::dot_print;
@@ -95,17 +95,57 @@ impl<K: StandsAlone, S: IsEnded> UpdateSource for GraphBuilder<K, S> {}
 pub struct Graph {
     exec: ExecHandle,
     /// The graphs of successful updates: the exec may use their operands.
-    adopted: Mutex<Adopted>,
+    state: Mutex<ExecState>,
 }
 
+/// What launches and updates of one exec share, behind one lock: CUDA does not synchronise an
+/// exec object, so its launches, uploads and updates are serialised here.
 #[derive(Default)]
-struct Adopted {
-    /// The source of the latest update.
+struct ExecState {
+    /// The source of the latest update: the exec may use its operands.
     current: Option<Arc<GraphHandle>>,
-    /// Earlier sources, kept until every launch that could use them has finished.
-    retired: Vec<Arc<GraphHandle>>,
-    /// Recorded after the latest launch.
-    last_launch: Option<Event>,
+    /// Replaced sources whose launches were queued on a stream that was capturing when they
+    /// were replaced: released after the next launch (launches of one exec run in order).
+    waiting: Vec<Arc<GraphHandle>>,
+    /// The stream of the latest launch.
+    last_stream: Option<Stream>,
+    /// Whether the exec was launched since the latest update.
+    launched_since_update: bool,
+    /// Device addresses of allocation nodes with no free node: what a launch leaves allocated
+    /// is freed when the exec is dropped, after its last launch.
+    unfreed: Vec<u64>,
+}
+
+impl ExecState {
+    /// Releases `held` on the release thread once the latest launch has finished (a host
+    /// function queued behind it), or at once if there was no launch.
+    fn release_after_last_launch(&mut self, held: Box<dyn std::any::Any + Send>) {
+        let Some(stream) = self.last_stream.clone() else {
+            crate::driver::release::later(Box::new(move || drop(held)));
+            return;
+        };
+        let mut held = Some(held);
+        let queued = stream.enqueue(|rec| {
+            if rec.capturing() {
+                return Ok(false);
+            }
+            let held = held.take();
+            crate::driver::release::after_stream(stream.raw(), Box::new(move || drop(held)))?;
+            Ok(true)
+        });
+        if let (Ok(false) | Err(_), Some(held)) = (queued, held) {
+            // The stream captures now: wait, off this thread, until it stops, then queue.
+            let _ = std::thread::Builder::new()
+                .name("cuda-graph-fence".into())
+                .spawn(move || {
+                    while stream.is_capturing().unwrap_or(false) {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    let _ = stream.synchronize();
+                    crate::driver::release::later(Box::new(move || drop(held)));
+                });
+        }
+    }
 }
 
 impl std::fmt::Debug for Graph {
@@ -272,7 +312,11 @@ impl Graph {
             result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS as u32,
         };
         let mut exec = std::ptr::null_mut();
-        let tree = graph.lock();
+        let mut tree = graph.lock();
+        tree.check_complete()?;
+        // Execs keep what the graph's nodes use through user objects: hand them over first.
+        tree.flush(graph.root_raw())?;
+        let unfreed: Vec<u64> = tree.unfreed.values().copied().collect();
         // SAFETY: `graph` is live and its tree locked; `params` is fully initialised and has the
         // layout of `CUDA_GRAPH_INSTANTIATE_PARAMS` (asserted above), with `result_out` a `u32`
         // that is never read as the bindings' enum; `exec` is a valid out pointer.
@@ -305,30 +349,54 @@ impl Graph {
                 ctx: graph.ctx.clone(),
                 raw: exec,
             },
-            adopted: Mutex::new(Adopted::default()),
+            state: Mutex::new(ExecState {
+                unfreed,
+                ..ExecState::default()
+            }),
         })
     }
 
     /// Launches the graph on `stream` (`cuGraphLaunch`).
+    ///
+    /// Launches of one `Graph` are serialised (CUDA does not synchronise an exec); they run on
+    /// the GPU in launch order. Launching into a stream that is capturing is refused: embed the
+    /// graph into the capture instead ([`GraphBuilder::embed`]).
     pub fn launch(&self, stream: &Stream) -> Result<()> {
+        let mut state = lock(&self.state);
         self.exec.ctx.bind()?;
-        // SAFETY: exec and stream are live.
-        unsafe { drv!(cuGraphLaunch(self.exec.raw, stream.raw())) }?;
-        let mut adopted = self.adopted.lock().unwrap_or_else(|p| p.into_inner());
-        if adopted.current.is_some() || !adopted.retired.is_empty() {
-            // Only needed to know when retired update sources may be released.
-            let event = stream.device().create_event()?;
-            stream.record(&event)?;
-            adopted.last_launch = Some(event);
-        }
+        let waiting = std::mem::take(&mut state.waiting);
+        let queued = stream.enqueue(|rec| {
+            if rec.capturing() {
+                return Err(launch_in_capture("launched"));
+            }
+            // SAFETY: exec and stream are live; the exec's lock is held.
+            unsafe { drv!(cuGraphLaunch(self.exec.raw, stream.raw())) }?;
+            if !waiting.is_empty() {
+                // Sources replaced while their last launch's stream was capturing: this launch
+                // runs after that one.
+                let w = waiting;
+                crate::driver::release::after_stream(stream.raw(), Box::new(move || drop(w)))?;
+            }
+            Ok(())
+        });
+        queued?;
+        state.last_stream = Some(stream.clone());
+        state.launched_since_update = true;
         Ok(())
     }
 
     /// Uploads the graph's work to the device ahead of the first launch (`cuGraphUpload`).
+    /// Refused on a capturing stream, as [`launch`](Self::launch).
     pub fn upload(&self, stream: &Stream) -> Result<()> {
+        let _state = lock(&self.state);
         self.exec.ctx.bind()?;
-        // SAFETY: exec and stream are live.
-        unsafe { drv!(cuGraphUpload(self.exec.raw, stream.raw())) }
+        stream.enqueue(|rec| {
+            if rec.capturing() {
+                return Err(launch_in_capture("uploaded"));
+            }
+            // SAFETY: exec and stream are live; the exec's lock is held.
+            unsafe { drv!(cuGraphUpload(self.exec.raw, stream.raw())) }
+        })
     }
 
     /// Updates the exec's node parameters from `source` — an ended primary builder or a
@@ -340,6 +408,7 @@ impl Graph {
     /// keeps `source`'s operands alive.
     pub fn update(&mut self, source: &impl UpdateSource) -> Result<()> {
         let graph = source.finished_graph()?;
+        let mut state = lock(&self.state);
         self.exec.ctx.bind()?;
         let mut info = UpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS as u32,
@@ -347,6 +416,7 @@ impl Graph {
             error_from_node: std::ptr::null_mut(),
         };
         let tree = graph.lock();
+        tree.check_complete()?;
         // SAFETY: exec and graph are live, the graph's tree locked; `info` is a valid out pointer
         // with the layout of `CUgraphExecUpdateResultInfo` (asserted above), its `result` a `u32`
         // that is never read as the bindings' enum.
@@ -366,17 +436,65 @@ impl Graph {
                 source: r.err().and_then(|e| e.driver_error().cloned()),
             });
         }
-        let mut adopted = self.adopted.lock().unwrap_or_else(|p| p.into_inner());
-        let previous = adopted.current.replace(graph.root());
-        adopted.retired.extend(previous);
-        let done = match &adopted.last_launch {
-            None => true,
-            Some(e) => e.is_complete().unwrap_or(false),
-        };
-        if done {
-            adopted.retired.clear();
+        // Launches made so far may still use the previous source's operands.
+        if let Some(previous) = state.current.replace(graph.root()) {
+            if state.launched_since_update {
+                state.release_after_last_launch(Box::new(previous));
+            } else {
+                // Never launched while it was current: nothing uses it.
+                crate::driver::release::later(Box::new(move || drop(previous)));
+            }
         }
+        state.launched_since_update = false;
         Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn launch_in_capture(what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "an executable graph cannot be {what} into a stream capture: embed the graph into the capture instead (`builder.embed(&ended_builder)` or a definition's `add_child_graph`)"
+    ))
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // The driver destroys the exec once its launches finish; what this handle holds for
+        // them (adopted update sources, graph memory left allocated) is released after the
+        // last launch too.
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let unfreed = std::mem::take(&mut state.unfreed);
+        let held = (state.current.take(), std::mem::take(&mut state.waiting));
+        if unfreed.is_empty() && held.0.is_none() && held.1.is_empty() {
+            return;
+        }
+        let ctx = self.exec.ctx.clone();
+        let release = move || {
+            drop(held);
+            for ptr in unfreed {
+                // SAFETY: `ptr` is the address of a graph allocation of this exec, whose
+                // launches have all finished; freeing graph memory outside the graph is
+                // allowed, and freeing an address not allocated now is an error, ignored.
+                crate::driver::release::destroy_in(&ctx, ptr, |p| unsafe {
+                    crate::driver::drv_drop!(cuMemFree_v2(p))
+                });
+            }
+        };
+        state.release_after_last_launch(Box::new(OnDrop(Some(release))));
+    }
+}
+
+/// Runs its closure when dropped (on the release thread, via `release_after_last_launch`).
+struct OnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
     }
 }
 

@@ -168,6 +168,34 @@ impl Device {
         })
     }
 
+    /// Bytes of graph memory (from memory allocation nodes) allocated on this device now,
+    /// across all graphs (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`).
+    ///
+    /// Memory a graph allocates without freeing it stays allocated after the launch; the
+    /// [`Graph`](crate::Graph) frees it when dropped (see
+    /// [`GraphDefinition::add_mem_alloc`](crate::GraphDefinition::add_mem_alloc)).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// println!("{} bytes of graph memory in use", device.graph_memory_in_use()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn graph_memory_in_use(&self) -> Result<u64> {
+        self.ctx.bind()?;
+        let mut v: u64 = 0;
+        let attr = sys::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT;
+        // SAFETY: the context is current; this attribute is a 64-bit value written into `v`.
+        unsafe {
+            drv!(cuDeviceGetGraphMemAttribute(
+                self.ctx.device,
+                attr,
+                (&mut v as *mut u64).cast()
+            ))
+        }?;
+        Ok(v)
+    }
+
     /// Blocks until all work on this device is done.
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;

@@ -23,8 +23,6 @@ pub(crate) struct Recording<'a> {
     pub(crate) tree: Option<&'a mut TreeState>,
     /// The tree of the other graph passed to [`Stream::enqueue_with`], when it is another tree.
     pub(crate) other: Option<&'a mut TreeState>,
-    /// The graph captured into.
-    pub(crate) graph: Option<&'a Arc<GraphHandle>>,
     /// The capture.
     pub(crate) link: Option<&'a CaptureLink>,
     /// The stream's capture slot (held for the whole operation).
@@ -163,7 +161,6 @@ impl Stream {
                     let mut rec = Recording {
                         tree: Some(&mut tree),
                         other: second.as_deref_mut(),
-                        graph: Some(&graph),
                         link: Some(&link),
                         slot: &mut slot,
                     };
@@ -176,7 +173,6 @@ impl Stream {
         let mut rec = Recording {
             tree: None,
             other: None,
-            graph: None,
             link: None,
             slot: &mut slot,
         };

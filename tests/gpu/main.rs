@@ -10,6 +10,7 @@ mod conditional;
 mod definition;
 mod fork;
 mod foundation;
+mod safety;
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use support::{Gpu, Needs, TestResult};
@@ -42,6 +43,7 @@ fn main() {
         .chain(fork::TESTS)
         .chain(conditional::TESTS)
         .chain(definition::TESTS)
+        .chain(safety::TESTS)
     {
         tests.push(trial(name, *needs, *f));
     }

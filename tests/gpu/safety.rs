@@ -1,0 +1,726 @@
+//! Attacks on the safe API: threads, `mem::forget`, re-entrancy, invalidated bodies, huge counts,
+//! leaks. Each test names the hole it closes; each failed (crashed, hung or leaked) before.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cuda_graph::prelude::*;
+
+use crate::args;
+use crate::support::{eventually, one, Gpu, Needs, TestResult};
+
+pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    (
+        "safety::stream_work_racing_captures_on_the_same_stream",
+        Needs::Gpu,
+        stream_work_racing_captures_on_the_same_stream,
+    ),
+    (
+        "safety::four_threads_record_into_one_capture",
+        Needs::Gpu,
+        four_threads_record_into_one_capture,
+    ),
+    (
+        "safety::forks_record_from_their_own_threads",
+        Needs::Gpu,
+        forks_record_from_their_own_threads,
+    ),
+    (
+        "safety::invalidated_body_then_parent_ends_completes_and_drops",
+        Needs::Conditional(DriverVersion::V12_3),
+        invalidated_body_then_parent_ends_completes_and_drops,
+    ),
+    (
+        "safety::invalidated_body_dropped_without_ending",
+        Needs::Conditional(DriverVersion::V12_3),
+        invalidated_body_dropped_without_ending,
+    ),
+    (
+        "safety::a_drop_on_the_release_thread_may_begin_a_capture",
+        Needs::Gpu,
+        a_drop_on_the_release_thread_may_begin_a_capture,
+    ),
+    (
+        "safety::switch_with_a_huge_count_is_refused_at_once",
+        Needs::Conditional(DriverVersion::V12_8),
+        switch_with_a_huge_count_is_refused_at_once,
+    ),
+    (
+        "safety::switch_bodies_cost_no_stream_until_captured",
+        Needs::Conditional(DriverVersion::V12_8),
+        switch_bodies_cost_no_stream_until_captured,
+    ),
+    (
+        "safety::buffer_dropped_inside_a_callback_is_freed",
+        Needs::Gpu,
+        buffer_dropped_inside_a_callback_is_freed,
+    ),
+    (
+        "safety::unfreed_graph_allocation_is_freed_with_its_exec",
+        Needs::Gpu,
+        unfreed_graph_allocation_is_freed_with_its_exec,
+    ),
+    (
+        "safety::forgotten_body_blocks_complete_and_node_destruction",
+        Needs::Conditional(DriverVersion::V12_3),
+        forgotten_body_blocks_complete_and_node_destruction,
+    ),
+    (
+        "safety::forgotten_fork_fails_the_end_cleanly",
+        Needs::Gpu,
+        forgotten_fork_fails_the_end_cleanly,
+    ),
+    (
+        "safety::forgotten_relaxed_or_thread_local_capture_does_not_pin_releases",
+        Needs::Gpu,
+        forgotten_relaxed_or_thread_local_capture_does_not_pin_releases,
+    ),
+    (
+        "safety::frees_during_relaxed_and_thread_local_captures_keep_them_valid",
+        Needs::Gpu,
+        frees_during_relaxed_and_thread_local_captures_keep_them_valid,
+    ),
+    (
+        "safety::drops_on_another_thread_never_invalidate_a_global_capture",
+        Needs::Gpu,
+        drops_on_another_thread_never_invalidate_a_global_capture,
+    ),
+    (
+        "safety::one_graph_launched_from_four_threads",
+        Needs::Gpu,
+        one_graph_launched_from_four_threads,
+    ),
+    (
+        "safety::launching_a_graph_into_a_capture_is_refused",
+        Needs::Gpu,
+        launching_a_graph_into_a_capture_is_refused,
+    ),
+    (
+        "safety::update_sources_are_released_once_their_launches_end",
+        Needs::Gpu,
+        update_sources_are_released_once_their_launches_end,
+    ),
+];
+
+/// Runs `f` on a thread and fails if it does not finish within `secs` (a hang becomes a failure).
+fn within<T: Send + 'static>(
+    secs: u64,
+    what: &str,
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, Box<dyn std::error::Error>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(format!("{what}: did not finish within {secs} s (hang)").into()),
+    }
+}
+
+fn complete(b: GraphBuilder<Primary, Ended>) -> cuda_graph::Result<Graph> {
+    b.complete(&GraphCompleteOptions::default())
+}
+
+/// Item 4: one thread issues work on a stream and drops its buffer while another begins and
+/// ends captures on the same stream. Work that lands in a capture keeps its buffer alive.
+fn stream_work_racing_captures_on_the_same_stream(gpu: &Gpu) -> TestResult {
+    let stream = gpu.stream();
+    let device = gpu.device.clone();
+    let add_one = gpu.f("add_one");
+    let counter = device.alloc_zeroed::<i32>(1)?;
+    let run = gpu.stream();
+    std::thread::scope(|scope| -> TestResult {
+        let s = stream.clone();
+        let worker = scope.spawn(move || -> cuda_graph::Result<()> {
+            for i in 0..2000u32 {
+                let buf = device.alloc_zeroed::<u8>(4096)?;
+                s.memset_d8(&buf, (i % 255) as u8)?;
+                drop(buf);
+            }
+            Ok(())
+        });
+        for _ in 0..300 {
+            let b = stream.create_graph_builder().begin_building(Relaxed)?;
+            // SAFETY: add_one(int*).
+            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            let g = complete(b.end_building()?)?;
+            g.launch(&run)?;
+            run.synchronize()?;
+        }
+        worker
+            .join()
+            .map_err(|_| "worker panicked")?
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    })?;
+    stream.synchronize()?;
+    assert_eq!(counter.to_vec()?, [300]);
+    Ok(())
+}
+
+/// Item 5: a shared `&GraphBuilder` records from four threads at once.
+fn four_threads_record_into_one_capture(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| -> cuda_graph::Result<()> {
+                    for _ in 0..200 {
+                        let own = gpu.device.alloc_zeroed::<i32>(1)?;
+                        // SAFETY: add_one(int*).
+                        unsafe { b.launch(&add_one, one(), &args![&counter])? };
+                        unsafe { b.launch(&add_one, one(), &args![&own])? };
+                        b.memset_d32(&own, 0)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("no panic")?;
+        }
+        Ok::<_, Error>(())
+    })?;
+    let g = complete(b.end_building()?)?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(counter.to_vec()?, [800]);
+    Ok(())
+}
+
+/// Item 5: forks of one capture (`Capturing<Relaxed>` forks are `Send`) record from threads of
+/// their own while the parent records too.
+fn forks_record_from_their_own_threads(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let bufs: Vec<_> = (0..4)
+        .map(|_| gpu.device.alloc_zeroed::<i32>(1))
+        .collect::<cuda_graph::Result<_>>()?;
+    let parent_buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    let forks = b.split::<4>()?;
+    let forks = std::thread::scope(|scope| {
+        let handles: Vec<_> = forks
+            .into_iter()
+            .zip(&bufs)
+            .map(|(fork, buf)| {
+                let add_one = add_one.clone();
+                scope.spawn(move || -> cuda_graph::Result<_> {
+                    for _ in 0..100 {
+                        // SAFETY: add_one(int*).
+                        unsafe { fork.launch(&add_one, one(), &args![buf])? };
+                    }
+                    Ok(fork)
+                })
+            })
+            .collect();
+        for _ in 0..100 {
+            // SAFETY: add_one(int*).
+            unsafe { b.launch(&add_one, one(), &args![&parent_buf])? };
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect::<cuda_graph::Result<Vec<_>>>()
+    })?;
+    b.join(forks)?;
+    let g = complete(b.end_building()?)?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    for buf in &bufs {
+        assert_eq!(buf.to_vec()?, [100]);
+    }
+    assert_eq!(parent_buf.to_vec()?, [100]);
+    Ok(())
+}
+
+/// Item 6: a body whose capture is invalidated (a synchronize on its stream). The driver
+/// destroys the body graph that the parent's node owns; instantiating the parent, or destroying
+/// it, then crashed inside the driver. Now the parent ends, `complete` is an error naming the
+/// cause, and dropping everything is safe. The stream is usable afterwards.
+fn invalidated_body_then_parent_ends_completes_and_drops(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let stream = gpu.stream();
+    let p = stream.create_graph_builder().begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    let h = p.create_conditional_handle(Some(1))?;
+    let body = p.if_then(&h)?.begin_building(Relaxed)?;
+    // SAFETY: add_one(int*).
+    unsafe { body.launch(&add_one, one(), &args![&buf])? };
+    assert!(body.stream().synchronize().is_err());
+    match body.end_building() {
+        Err(Error::CaptureInvalidated(_)) => {}
+        other => return Err(format!("body end: {other:?}").into()),
+    }
+    // SAFETY: add_one(int*).
+    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    let ended = p.end_building()?;
+    match ended.complete(&Default::default()) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("conditional body"), "{m}"),
+        other => return Err(format!("complete: {other:?}").into()),
+    }
+    let def = ended.graph_definition()?;
+    assert!(def.nodes().is_err(), "the broken graph is refused");
+    let child_parent = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    assert!(child_parent.embed(&ended).is_err(), "embedding it is refused");
+    drop(child_parent);
+    drop(def);
+    drop(ended);
+    // The stream captures again.
+    let again = stream.create_graph_builder().begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { again.launch(&add_one, one(), &args![&buf])? };
+    let g = complete(again.end_building()?)?;
+    g.launch(&stream)?;
+    stream.synchronize()?;
+    assert_eq!(buf.to_vec()?, [1]);
+    Ok(())
+}
+
+/// Item 6, other order: the invalidated body is dropped (not ended) and the parent is dropped
+/// mid-capture.
+fn invalidated_body_dropped_without_ending(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    for parent_ends in [false, true] {
+        let p = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+        let h = p.create_conditional_handle(Some(1))?;
+        let body = p.if_then(&h)?.begin_building(Relaxed)?;
+        // SAFETY: add_one(int*).
+        unsafe { body.launch(&add_one, one(), &args![&buf])? };
+        let _ = body.stream().synchronize();
+        drop(body);
+        if parent_ends {
+            let ended = p.end_building()?;
+            assert!(ended.complete(&Default::default()).is_err());
+        } else {
+            drop(p);
+        }
+    }
+    Ok(())
+}
+
+struct CapturesOnDrop {
+    stream: Stream,
+    k: Function,
+    buf: Arc<DeviceBuffer<i32>>,
+    done: mpsc::Sender<cuda_graph::Result<()>>,
+}
+
+impl Drop for CapturesOnDrop {
+    fn drop(&mut self) {
+        let r = (|| {
+            let b = self.stream.create_graph_builder().begin_building(Global)?;
+            // SAFETY: add_one(int*).
+            unsafe { b.launch(&self.k, one(), &args![&*self.buf])? };
+            let g = b.end_building()?.complete(&Default::default())?;
+            g.launch(&self.stream)?;
+            self.stream.synchronize()
+        })();
+        let _ = self.done.send(r);
+    }
+}
+
+/// Item 8: a value dropped on the release thread (a callback closure that a graph held) whose
+/// `Drop` begins, ends and launches a capture. It deadlocked the release thread and every later
+/// `begin_building`.
+fn a_drop_on_the_release_thread_may_begin_a_capture(gpu: &Gpu) -> TestResult {
+    let (tx, rx) = mpsc::channel();
+    let buf = Arc::new(gpu.device.alloc_zeroed::<i32>(1)?);
+    let on_drop = CapturesOnDrop {
+        stream: gpu.stream(),
+        k: gpu.f("add_one"),
+        buf: buf.clone(),
+        done: tx,
+    };
+    {
+        let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+        b.callback(move || {
+            let _ = &on_drop;
+        })?;
+        let g = complete(b.end_building()?)?;
+        let s = gpu.stream();
+        g.launch(&s)?;
+        s.synchronize()?;
+    }
+    // The closure (and the value) is dropped on the release thread, which captures.
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(r) => r?,
+        Err(_) => return Err("the release thread hung in a Drop that captures".into()),
+    }
+    assert_eq!(buf.to_vec()?, [1]);
+    // And a capture on this thread still begins.
+    let device = gpu.device.clone();
+    within(20, "begin_building after the release thread captured", move || {
+        let b = device
+            .create_graph_builder()
+            .and_then(|b| b.begin_building(Global))
+            .map_err(|e| e.to_string())?;
+        b.end_building().map(|_| ()).map_err(|e| e.to_string())
+    })?;
+    Ok(())
+}
+
+/// Item 9: `switch(&h, 1 << 20)` never returned (a stream per body). Counts past the crate's
+/// limit are refused before any driver work.
+fn switch_with_a_huge_count_is_refused_at_once(gpu: &Gpu) -> TestResult {
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let h = p.create_conditional_handle(Some(0))?;
+    let t = Instant::now();
+    for n in [1 << 20, u32::MAX, cuda_graph::MAX_SWITCH_BODIES + 1] {
+        match p.switch(&h, n) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("at most"), "{m}"),
+            other => return Err(format!("switch({n}): {:?}", other.map(|v| v.len())).into()),
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let def = GraphDefinition::new(&gpu.device)?;
+    let dh = def.create_conditional_handle(Some(0))?;
+    assert!(def.add_switch(&[], &dh, 1 << 20).is_err());
+    // The handle must be used for the graph to instantiate.
+    let bodies = p.switch(&h, 2)?;
+    drop(bodies);
+    drop(complete(p.end_building()?)?);
+    Ok(())
+}
+
+/// Item 9: bodies get their stream when their capture begins: 4096 bodies are quick to make,
+/// and one of them captures and runs.
+fn switch_bodies_cost_no_stream_until_captured(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let set = gpu.f("set_condition");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let h = p.create_conditional_handle(Some(0))?;
+    // SAFETY: set_condition(handle, unsigned).
+    unsafe { p.launch(&set, one(), &args![h, 4095u32])? };
+    let t = Instant::now();
+    let mut bodies = p.switch(&h, 4096)?;
+    let made = t.elapsed();
+    let last = bodies.pop().ok_or("no bodies")?.begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { last.launch(&add_one, one(), &args![&buf])? };
+    last.end_building()?;
+    drop(bodies);
+    let g = complete(p.end_building()?)?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [1]);
+    println!("    4096 switch bodies made in {made:?}");
+    assert!(made < Duration::from_secs(5), "{made:?}");
+    Ok(())
+}
+
+/// Item 10: a buffer that a callback's closure owns and drops while it runs (on the driver's
+/// thread, where `cuMemFree` is refused) was never freed.
+fn buffer_dropped_inside_a_callback_is_freed(gpu: &Gpu) -> TestResult {
+    let owned = gpu.device.alloc_zeroed::<i32>(1 << 20)?;
+    let watch = owned.release_observer();
+    let mut slot = Some(owned);
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let cb = b.callback(move || drop(slot.take()))?;
+    let g = complete(b.end_building()?)?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert!(eventually(|| cb.calls() == Some(1)));
+    assert!(
+        eventually(|| watch.is_released()),
+        "the buffer dropped in the callback is freed (later, off the driver's thread)"
+    );
+    Ok(())
+}
+
+/// Item 11: a graph allocation with no free node stayed allocated after its exec and definition
+/// were gone (256 MiB each time). The exec now frees it after its last launch, with and without
+/// `auto_free_on_launch`.
+fn unfreed_graph_allocation_is_freed_with_its_exec(gpu: &Gpu) -> TestResult {
+    let fill = gpu.f("fill");
+    let before = gpu.device.graph_memory_in_use()?;
+    for auto_free in [false, true] {
+        let def = GraphDefinition::new(&gpu.device)?;
+        let n = 64 << 20; // 64 Mi ints = 256 MiB
+        let (alloc, scratch) = def.add_mem_alloc(&[], n * 4)?;
+        // SAFETY: fill(int*, int n, int v); scratch holds n ints while the graph runs.
+        unsafe {
+            def.add_kernel(
+                &[&alloc],
+                &fill,
+                LaunchConfig::for_num_elems(n as u32),
+                &args![&scratch, n as i32, 7i32],
+            )?
+        };
+        drop(scratch); // no free node
+        let options = GraphCompleteOptions {
+            auto_free_on_launch: auto_free,
+            ..Default::default()
+        };
+        let g = def.instantiate(&options)?;
+        let s = gpu.stream();
+        g.launch(&s)?;
+        if auto_free {
+            g.launch(&s)?;
+            g.launch(&s)?;
+        }
+        s.synchronize()?;
+        let during = gpu.device.graph_memory_in_use()?;
+        assert!(during >= before + (n as u64) * 4, "{during} in use after the launch");
+        drop(g);
+        drop(def);
+        assert!(
+            eventually(|| gpu.device.graph_memory_in_use().ok() == Some(before)),
+            "graph memory back to {before} (auto_free_on_launch: {auto_free}), now {:?}",
+            gpu.device.graph_memory_in_use()
+        );
+    }
+    Ok(())
+}
+
+/// Item 12: a body builder leaked mid-capture (`mem::forget`) let the parent complete a graph
+/// still being captured into, and `destroy_node` free the body under the live capture.
+fn forgotten_body_blocks_complete_and_node_destruction(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let p = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    let h = p.create_conditional_handle(Some(1))?;
+    let body = p.if_then(&h)?.begin_building(Relaxed)?;
+    // SAFETY: add_one(int*).
+    unsafe { body.launch(&add_one, one(), &args![&buf])? };
+    std::mem::forget(body);
+    let ended = p.end_building()?;
+    match ended.complete(&Default::default()) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("still records"), "{m}"),
+        other => return Err(format!("complete: {other:?}").into()),
+    }
+    let def = ended.graph_definition()?;
+    let cond = def
+        .nodes()?
+        .into_iter()
+        .find(|n| def.node_type(n).ok() == Some(NodeType::Conditional))
+        .ok_or("no conditional node")?;
+    assert!(def.destroy_node(cond).is_err(), "the body still captures");
+    assert!(def.try_clone().is_err());
+    let mut other = complete({
+        let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+        // SAFETY: add_one(int*).
+        unsafe { b.launch(&add_one, one(), &args![&buf])? };
+        b.end_building()?
+    })?;
+    assert!(other.update(&ended).is_err());
+    Ok(())
+}
+
+/// Item 12: a fork leaked mid-capture: the parent's end fails (unjoined) and everything after is
+/// usable.
+fn forgotten_fork_fails_the_end_cleanly(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let stream = gpu.stream();
+    let p = stream.create_graph_builder().begin_building(Relaxed)?;
+    let [a, b] = p.split::<2>()?;
+    // SAFETY: add_one(int*).
+    unsafe { a.launch(&add_one, one(), &args![&buf])? };
+    std::mem::forget(a);
+    p.join([b])?;
+    assert!(p.end_building().is_err(), "an unjoined fork fails the end");
+    let again = stream.create_graph_builder().begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { again.launch(&add_one, one(), &args![&buf])? };
+    let g = complete(again.end_building()?)?;
+    g.launch(&stream)?;
+    stream.synchronize()?;
+    assert_eq!(buf.to_vec()?, [1]);
+    Ok(())
+}
+
+/// Item 13: a leaked capturing builder pinned a process-wide counter, so every later destroy was
+/// deferred forever. Relaxed captures forbid no frees; a leaked thread-local capture defers only
+/// its own thread's frees, which the release thread then makes.
+fn forgotten_relaxed_or_thread_local_capture_does_not_pin_releases(gpu: &Gpu) -> TestResult {
+    let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    std::mem::forget(b);
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = buf.release_observer();
+    drop(buf);
+    assert!(watch.is_released(), "freed at once beside a leaked Relaxed capture");
+
+    let device = gpu.device.clone();
+    let watch = within(20, "thread-local leak", move || {
+        let b = device
+            .create_graph_builder()
+            .and_then(|b| b.begin_building(ThreadLocal))
+            .map_err(|e| e.to_string())?;
+        std::mem::forget(b);
+        let buf = device.alloc_zeroed::<i32>(1).map_err(|e| e.to_string());
+        // Allocating is refused on this thread while its capture lives: CUDA's rule.
+        assert!(buf.is_err());
+        Ok(())
+    })?;
+    let _ = watch;
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = buf.release_observer();
+    drop(buf);
+    assert!(watch.is_released(), "other threads free at once");
+    Ok(())
+}
+
+/// Item 13: frees made during Relaxed captures (any thread) and ThreadLocal captures (other
+/// threads) happen at once and leave the capture valid; on the capturing thread of a
+/// ThreadLocal capture they are deferred, and the capture stays valid.
+fn frees_during_relaxed_and_thread_local_captures_keep_them_valid(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    for thread_local in [false, true] {
+        let spare = gpu.device.alloc_zeroed::<i32>(1 << 16)?;
+        let other = gpu.device.alloc_zeroed::<i32>(1 << 16)?;
+        let (w1, w2) = (spare.release_observer(), other.release_observer());
+        let s = gpu.stream();
+        let g = if thread_local {
+            let b = s.create_graph_builder().begin_building(ThreadLocal)?;
+            // SAFETY: add_one(int*).
+            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            drop(spare); // this thread: deferred
+            std::thread::spawn(move || drop(other)).join().ok();
+            assert!(w2.is_released(), "another thread frees at once");
+            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            complete(b.end_building()?)?
+        } else {
+            let b = s.create_graph_builder().begin_building(Relaxed)?;
+            // SAFETY: add_one(int*).
+            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            drop(spare);
+            assert!(w1.is_released(), "freed at once during a Relaxed capture");
+            std::thread::spawn(move || drop(other)).join().ok();
+            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            complete(b.end_building()?)?
+        };
+        g.launch(&s)?;
+        s.synchronize()?;
+        assert!(eventually(|| w1.is_released() && w2.is_released()));
+    }
+    assert_eq!(counter.to_vec()?, [4]);
+    Ok(())
+}
+
+/// Item 14: buffers dropped on another thread while this one runs Global captures: a free that
+/// fell between the check "no Global capture" and the free invalidated the capture.
+fn drops_on_another_thread_never_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let bufs: Vec<_> = (0..3000)
+        .map(|_| gpu.device.alloc_zeroed::<u8>(512))
+        .collect::<cuda_graph::Result<_>>()?;
+    let watches: Vec<_> = bufs.iter().map(|b| b.release_observer()).collect();
+    let s = gpu.stream();
+    let dropper = std::thread::spawn(move || {
+        for b in bufs {
+            drop(b);
+            std::thread::yield_now();
+        }
+    });
+    let mut cycles = 0;
+    while !dropper.is_finished() || cycles < 50 {
+        let b = s.create_graph_builder().begin_building(Global)?;
+        // SAFETY: add_one(int*).
+        unsafe { b.launch(&add_one, one(), &args![&counter])? };
+        let ended = b.end_building()?;
+        cycles += 1;
+        drop(ended);
+    }
+    dropper.join().map_err(|_| "dropper panicked")?;
+    assert!(eventually(|| watches.iter().all(|w| w.is_released())));
+    println!("    {cycles} Global captures beside 3000 drops on another thread");
+    Ok(())
+}
+
+/// Item 16: launches of one exec from four threads are serialised (CUDA does not synchronise an
+/// exec object) and all run.
+fn one_graph_launched_from_four_threads(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { b.launch(&add_one, one(), &args![&counter])? };
+    let g = complete(b.end_building()?)?;
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| -> cuda_graph::Result<()> {
+                let s = gpu.device.create_stream()?;
+                for _ in 0..100 {
+                    g.launch(&s)?;
+                    g.upload(&s)?;
+                }
+                s.synchronize()
+            });
+        }
+    });
+    gpu.device.synchronize()?;
+    assert_eq!(counter.to_vec()?, [400]);
+    Ok(())
+}
+
+/// Item 16: an exec launched into a capture kept its update sources forever; such a launch is
+/// refused, with the way to do it instead.
+fn launching_a_graph_into_a_capture_is_refused(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { b.launch(&add_one, one(), &args![&counter])? };
+    let g = complete(b.end_building()?)?;
+    let c = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    match g.launch(c.stream()) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("embed"), "{m}"),
+        other => return Err(format!("launch into a capture: {other:?}").into()),
+    }
+    assert!(g.upload(c.stream()).is_err());
+    c.end_building()?;
+    Ok(())
+}
+
+fn one_launch_graph(gpu: &Gpu, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { b.launch(&gpu.f("add_one"), one(), &args![buf])? };
+    b.end_building()
+}
+
+/// Item 16: an update's source stays alive while launches that use it may run, and is released
+/// once they have finished — not kept for the exec's life.
+fn update_sources_are_released_once_their_launches_end(gpu: &Gpu) -> TestResult {
+    let a = gpu.device.alloc_zeroed::<i32>(1)?;
+    let mut g = complete(one_launch_graph(gpu, &a)?)?;
+    let s = gpu.stream();
+    let b = gpu.device.alloc_zeroed::<i32>(1)?;
+    let wb = b.release_observer();
+    g.update(&one_launch_graph(gpu, &b)?)?;
+    drop(b);
+    g.launch(&s)?;
+    g.launch(&s)?;
+    assert!(!wb.is_released(), "b is in use by the exec");
+    s.synchronize()?;
+    let c = gpu.device.alloc_zeroed::<i32>(1)?;
+    let wc = c.release_observer();
+    g.update(&one_launch_graph(gpu, &c)?)?;
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert!(
+        eventually(|| wb.is_released()),
+        "b is released once the launches that used it ended"
+    );
+    assert_eq!(c.to_vec()?, [1]);
+    drop(c);
+    assert!(!wc.is_released());
+    drop(g);
+    assert!(eventually(|| wc.is_released()), "c is released with the exec");
+    assert_eq!(a.to_vec()?, [0]);
+    Ok(())
+}
