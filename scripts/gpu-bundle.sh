@@ -7,6 +7,8 @@
 #   bash gpu-bundle/run-all.sh       # there (from the repository root, or anywhere)
 #   SANITIZE=1 bash gpu-bundle/run-all.sh   # the GPU suite under compute-sanitizer memcheck
 #   SANITIZE=1 SANITIZE_API=1 ...           # ... also listing driver calls that returned errors
+#   SOAK_CYCLES=100000 gpu-bundle/example-soak   # the full leak soak; run-all.sh runs it with
+#                                                # its default of 2000 cycles per loop
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-bundle
