@@ -57,7 +57,7 @@ mod runtime;
 
 pub use builder::{
     CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Ended, Forked, Global,
-    GraphBuilder, HostCallback, NotStarted, Primary, Relaxed, ThreadLocal,
+    GraphBuilder, HostCallback, NotStarted, Primary, Relaxed, ThreadLocal, MAX_SWITCH_BODIES,
 };
 pub use definition::{
     GraphAllocation, GraphDefinition, GraphNode, Memset2d, MemsetValue, NodeType,

@@ -193,9 +193,10 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     where
         S: IsCapturing,
     {
-        self.core.graph.as_ref().ok_or_else(|| {
-            Error::InvalidArgument("the builder's stream is not capturing".into())
-        })
+        self.core
+            .graph
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("the builder's stream is not capturing".into()))
     }
 
     /// Creates a conditional handle in this builder's graph (`cuGraphConditionalHandleCreate`).

@@ -1,6 +1,6 @@
 //! What every builder holds, whatever its kind and state, and the driver work behind transitions.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::sys;
 
@@ -30,16 +30,9 @@ pub struct Core {
     pub(crate) join_into: Option<Stream>,
     /// Held while this builder's own capture is active; see `driver::release`.
     pub(crate) active: Option<CaptureActive>,
-    /// Streams of forks that recorded into this capture; they must outlive it. Shared by a
-    /// capture's root and all its forks.
-    pub(crate) streams: Arc<Mutex<Vec<Stream>>>,
     /// A conditional body gets a stream of its own only when its capture begins (until then
     /// `stream` is its parent's, unused), so bodies that are never captured cost no stream.
     pub(crate) new_stream_on_begin: bool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Core {
@@ -51,7 +44,6 @@ impl Core {
             capturing: false,
             join_into: None,
             active: None,
-            streams: Arc::new(Mutex::new(Vec::new())),
             new_stream_on_begin: false,
         }
     }
@@ -63,7 +55,10 @@ impl Core {
         mode: sys::CUstreamCaptureMode,
         into: Option<Arc<GraphHandle>>,
     ) -> Result<()> {
-        driver::require("stream capture into a graph (cuStreamBeginCaptureToGraph)", DriverVersion::V12_3)?;
+        driver::require(
+            "stream capture into a graph (cuStreamBeginCaptureToGraph)",
+            DriverVersion::V12_3,
+        )?;
         if self.new_stream_on_begin {
             self.stream = self.stream.device().create_stream()?;
             self.new_stream_on_begin = false;
@@ -112,8 +107,7 @@ impl Core {
     pub(crate) fn end(&mut self) -> Result<()> {
         self.stream.handle.ctx.bind()?;
         let ended = self.finish_capture(false);
-        let _active = self.active.take();
-        self.release_streams();
+        self.active = None;
         ended
     }
 
@@ -132,6 +126,8 @@ impl Core {
         // thread); the tree is locked.
         let ended = unsafe { drv!(cuStreamEndCapture(self.stream.raw(), &mut out)) };
         tree.captures.remove(&id);
+        // Events and joined streams held for the capture; dropped once the locks are released.
+        let _held = tree.until_end.remove(&id);
         *slot = None;
         match ended {
             Ok(()) => Ok(()),
@@ -257,11 +253,10 @@ impl Core {
         Ok(node)
     }
 
-    /// Joins a fork into its parent: the parent's stream waits for the fork's work, and the fork's
-    /// stream is kept alive until the capture ends. Runs at most once.
+    /// Joins a fork into its parent: the parent's stream waits for the fork's work (the fork's
+    /// stream joined the capture, which holds it until it ends). Runs at most once.
     pub(crate) fn finish_fork(&mut self) -> Result<()> {
         self.capturing = false;
-        lock(&self.streams).push(self.stream.clone());
         match &self.join_into {
             Some(parent) => self.join_into(parent),
             None => Ok(()),
@@ -273,11 +268,6 @@ impl Core {
         let event: Event = self.stream.device().create_event()?;
         self.stream.record(&event)?;
         into.wait(&event)
-    }
-
-    fn release_streams(&self) {
-        let streams = std::mem::take(&mut *lock(&self.streams));
-        drop(streams);
     }
 }
 
@@ -309,7 +299,6 @@ impl Drop for Core {
                     let _ = self.finish_capture(true);
                 }
                 self.active = None;
-                self.release_streams();
             }
         }
     }

@@ -63,7 +63,6 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             core.graph = self.core.graph.clone();
             core.capturing = true;
             core.join_into = Some(self.core.stream.clone());
-            core.streams = self.core.streams.clone();
             forks.push(GraphBuilder {
                 core,
                 kind: Forked {

@@ -19,7 +19,7 @@ pub mod kind;
 pub mod state;
 
 pub use callback::HostCallback;
-pub use conditional::ConditionalHandle;
+pub use conditional::{ConditionalHandle, MAX_SWITCH_BODIES};
 pub use embed::ChildGraph;
 pub use fork::{AtLeastTwo, Forks};
 pub use kind::{

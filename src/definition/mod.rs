@@ -10,7 +10,6 @@ use cudarc::driver::sys;
 use crate::builder::ChildGraph;
 use crate::driver::drv;
 use crate::driver::graph::{GraphHandle, TreeState};
-use crate::driver::user_object;
 use crate::error::{Error, Result};
 use crate::graph::source::FinishedGraph;
 use crate::graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions, UpdateSource};
@@ -216,9 +215,9 @@ impl GraphDefinition {
         unsafe { drv!(cuGraphClone(&mut raw, self.graph.raw)) }?;
         drop(locked);
         let clone = Arc::new(GraphHandle::owned(&self.graph.ctx, raw));
-        // Whether the driver copies user objects into clones is not something to rely on: the
-        // clone holds the original (and so everything the original holds).
-        user_object::retain(clone.raw, Box::new(self.graph.root()))?;
+        // The clone's nodes use what the original's do: the clone holds the original (and so
+        // everything the original holds).
+        clone.lock().keep(&self.graph.root());
         Ok(GraphDefinition { graph: clone })
     }
 

@@ -454,10 +454,15 @@ impl GraphDefinition {
     /// # Ok(()) }
     /// ```
     pub fn add_empty(&self, deps: &[&GraphNode]) -> Result<GraphNode> {
-        self.add_node_with(deps, &[], |_| {}, |g, d, n, out| {
-            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it.
-            unsafe { drv!(cuGraphAddEmptyNode(out, g, d, n)) }
-        })
+        self.add_node_with(
+            deps,
+            &[],
+            |_| {},
+            |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it.
+                unsafe { drv!(cuGraphAddEmptyNode(out, g, d, n)) }
+            },
+        )
     }
 
     /// Adds an empty node after all of `nodes`: a fan-in point for what comes next.
@@ -548,12 +553,17 @@ impl GraphDefinition {
             userData: prepared.user_data,
         };
         let keep = prepared.keep.clone();
-        let node = self.add_node_with(deps, &[], |t| t.keep_dyn(&keep), |g, d, n, out| {
-            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `userData` stays valid
-            // while the graph holds the closure (moved in just before); the function never
-            // unwinds and never calls CUDA.
-            unsafe { drv!(cuGraphAddHostNode(out, g, d, n, &params)) }
-        })?;
+        let node = self.add_node_with(
+            deps,
+            &[],
+            |t| t.keep_dyn(&keep),
+            |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `userData` stays valid
+                // while the graph holds the closure (moved in just before); the function never
+                // unwinds and never calls CUDA.
+                unsafe { drv!(cuGraphAddHostNode(out, g, d, n, &params)) }
+            },
+        )?;
         Ok((node, prepared.observer))
     }
 
@@ -638,11 +648,16 @@ impl GraphDefinition {
             id: ctx.device,
         };
         params.bytesize = bytes;
-        let node = self.add_node_with(deps, &[], |_| {}, |g, d, n, out| {
-            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
-            // initialised and the driver writes `dptr`.
-            unsafe { drv!(cuGraphAddMemAllocNode(out, g, d, n, &mut params)) }
-        })?;
+        let node = self.add_node_with(
+            deps,
+            &[],
+            |_| {},
+            |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
+                // initialised and the driver writes `dptr`.
+                unsafe { drv!(cuGraphAddMemAllocNode(out, g, d, n, &mut params)) }
+            },
+        )?;
         // Until a free node takes it, execs free it when they are dropped.
         self.lock()?
             .tree
@@ -675,11 +690,16 @@ impl GraphDefinition {
     ) -> Result<GraphNode> {
         let ptr = allocation.ptr;
         let alloc_node = allocation.node;
-        let free = self.add_node_with(deps, &[&alloc_node], |_| {}, |g, d, n, out| {
-            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by
-            // a live allocation node of this graph (checked with the dependencies).
-            unsafe { drv!(cuGraphAddMemFreeNode(out, g, d, n, ptr)) }
-        })?;
+        let free = self.add_node_with(
+            deps,
+            &[&alloc_node],
+            |_| {},
+            |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by
+                // a live allocation node of this graph (checked with the dependencies).
+                unsafe { drv!(cuGraphAddMemFreeNode(out, g, d, n, ptr)) }
+            },
+        )?;
         self.lock()?
             .tree
             .unfreed

@@ -214,7 +214,8 @@ impl GraphDefinition {
         let mut locked = self.lock()?;
         let g = self.handle();
         let raw = node::check(&locked.tree, g.id, &node)?;
-        if locked.tree.bodies.contains_key(&(g.id, raw as usize)) && !locked.tree.captures.is_empty()
+        if locked.tree.bodies.contains_key(&(g.id, raw as usize))
+            && !locked.tree.captures.is_empty()
         {
             // Destroying a conditional node frees its bodies, which a capture may record into
             // (a body builder still capturing, or leaked with `mem::forget`).

@@ -9,7 +9,6 @@ use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
 use super::release;
-use super::user_object;
 use super::{drv, drv_drop};
 use crate::error::{Error, Result};
 
@@ -38,6 +37,9 @@ pub struct GraphHandle {
     disowned: AtomicBool,
 }
 
+/// A batch of values that graphs and execs keep alive (see [`TreeState::snapshot`]).
+pub(crate) type KeepChunk = Arc<Vec<Arc<dyn Any + Send + Sync>>>;
+
 /// What the lock of a graph tree (a root graph and its conditional bodies) guards besides the
 /// driver calls: the bookkeeping of explicit definitions.
 #[derive(Debug, Default)]
@@ -59,13 +61,17 @@ pub(crate) struct TreeState {
     /// cloning refuse the whole tree while any capture records (a leaked body builder's capture
     /// never ends).
     pub(crate) captures: HashMap<u64, u64>,
-    /// Operands used by nodes of this tree (captured or added explicitly) that are not yet held
-    /// by a user object: moved into the root graph as one user object before anything can
-    /// instantiate it ([`TreeState::flush`]). Until then this state, owned by the root graph's
-    /// handle, holds them.
+    /// Operands used by nodes of this tree (captured or added explicitly), added since the last
+    /// [`TreeState::snapshot`].
     pending: Vec<Arc<dyn Any + Send + Sync>>,
-    /// Addresses of everything this tree holds (pending or flushed), so each is held once.
+    /// Earlier operands, in chunks shared with the execs instantiated from this tree: an exec
+    /// holds the chunks that existed when it was made.
+    chunks: Vec<KeepChunk>,
+    /// Addresses of everything this tree holds, so each is held once.
     kept: HashSet<usize>,
+    /// Held until a capture ends (capture id → values): events recorded and streams joined into
+    /// it, which the driver refers to while the capture records.
+    pub(crate) until_end: HashMap<u64, Vec<Arc<dyn Any + Send + Sync>>>,
     /// Why the tree can no longer be used, if the driver broke it: a conditional body's capture
     /// was invalidated, and the driver destroyed the body graph that a node of this tree owns.
     /// Instantiating, destroying the node, or destroying the root graph then crash inside the
@@ -111,14 +117,15 @@ impl TreeState {
         Ok(())
     }
 
-    /// Moves the pending operands into `root` (this tree's root graph) as one user object, so
-    /// that execs instantiated from it keep them. The root's context must be current.
-    pub(crate) fn flush(&mut self, root: sys::CUgraph) -> Result<()> {
-        if self.pending.is_empty() {
-            return Ok(());
+    /// Everything the tree's nodes use, as shared chunks: what an exec instantiated now holds
+    /// for as long as its launches may run. (Not CUDA user objects: on driver 13.0 each one
+    /// leaks about 240 bytes of host memory inside the driver.)
+    pub(crate) fn snapshot(&mut self) -> Vec<KeepChunk> {
+        if !self.pending.is_empty() {
+            self.chunks
+                .push(Arc::new(std::mem::take(&mut self.pending)));
         }
-        let batch = std::mem::take(&mut self.pending);
-        user_object::retain(root, Box::new(batch))
+        self.chunks.clone()
     }
 }
 
@@ -198,15 +205,6 @@ impl GraphHandle {
             g = o;
         }
         ids
-    }
-
-    /// The raw root graph of this graph's tree (itself, or the root of its owner chain).
-    pub(crate) fn root_raw(&self) -> sys::CUgraph {
-        let mut g = self;
-        while let Some(o) = &g.owner {
-            g = o;
-        }
-        g.raw
     }
 
     /// Records that the driver destroyed this graph (when a capture into it was invalidated and

@@ -20,7 +20,6 @@ pub(crate) mod memory;
 pub(crate) mod module;
 pub(crate) mod release;
 pub(crate) mod stream;
-pub(crate) mod user_object;
 
 /// A CUDA driver version as `cuDriverGetVersion` reports it (`1000 * major + 10 * minor`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

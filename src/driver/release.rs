@@ -109,11 +109,6 @@ fn run_deferred() {
     }
 }
 
-/// Whether the release thread runs (it is started on first use).
-pub(crate) fn available() -> bool {
-    sender().is_some()
-}
-
 /// Runs `job` (typically dropping a value that may own crate resources) on the release thread. If
 /// the thread cannot run, the job is leaked: nothing is destroyed at an unsafe time.
 pub(crate) fn later(job: Job) {
@@ -236,7 +231,6 @@ impl Drop for CaptureActive {
         }
     }
 }
-
 
 /// A raw driver handle moved into a deferred destructor.
 struct SendPtr<T>(T);

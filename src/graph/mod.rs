@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use crate::builder::{GraphBuilder, IsEnded, StandsAlone};
-use crate::driver::graph::{ExecHandle, GraphHandle};
+use crate::driver::graph::{ExecHandle, GraphHandle, KeepChunk};
 use crate::driver::{self, drv, DriverVersion};
 use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
 use crate::runtime::Stream;
@@ -102,6 +102,8 @@ pub struct Graph {
 /// exec object, so its launches, uploads and updates are serialised here.
 #[derive(Default)]
 struct ExecState {
+    /// What the nodes of the graph it was instantiated from used.
+    keep: Vec<KeepChunk>,
     /// The source of the latest update: the exec may use its operands.
     current: Option<Arc<GraphHandle>>,
     /// Replaced sources whose launches were queued on a stream that was capturing when they
@@ -314,8 +316,8 @@ impl Graph {
         let mut exec = std::ptr::null_mut();
         let mut tree = graph.lock();
         tree.check_complete()?;
-        // Execs keep what the graph's nodes use through user objects: hand them over first.
-        tree.flush(graph.root_raw())?;
+        // The exec holds what the graph's nodes use now, until its last launch has finished.
+        let keep = tree.snapshot();
         let unfreed: Vec<u64> = tree.unfreed.values().copied().collect();
         // SAFETY: `graph` is live and its tree locked; `params` is fully initialised and has the
         // layout of `CUDA_GRAPH_INSTANTIATE_PARAMS` (asserted above), with `result_out` a `u32`
@@ -350,6 +352,7 @@ impl Graph {
                 raw: exec,
             },
             state: Mutex::new(ExecState {
+                keep,
                 unfreed,
                 ..ExecState::default()
             }),
@@ -467,8 +470,12 @@ impl Drop for Graph {
         // last launch too.
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         let unfreed = std::mem::take(&mut state.unfreed);
-        let held = (state.current.take(), std::mem::take(&mut state.waiting));
-        if unfreed.is_empty() && held.0.is_none() && held.1.is_empty() {
+        let held = (
+            state.current.take(),
+            std::mem::take(&mut state.waiting),
+            std::mem::take(&mut state.keep),
+        );
+        if unfreed.is_empty() && held.0.is_none() && held.1.is_empty() && held.2.is_empty() {
             return;
         }
         let ctx = self.exec.ctx.clone();

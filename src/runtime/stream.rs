@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use super::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::driver::drv;
 use crate::driver::graph::{lock_two, GraphHandle, TreeState};
+use crate::driver::stream::CaptureStatus;
 use crate::driver::stream::{CaptureLink, StreamHandle};
-use crate::driver::stream::{CaptureStatus};
 use crate::error::{Error, Result};
 use crate::Device;
 
@@ -39,6 +39,14 @@ impl Recording<'_> {
     pub(crate) fn keep<T: Any + Send + Sync>(&mut self, value: &Arc<T>) {
         if let Some(tree) = self.tree.as_deref_mut() {
             tree.keep(value);
+        }
+    }
+
+    /// Holds `value` until the capture ends (nothing when not capturing): what the driver refers
+    /// to while the capture records, such as events recorded into it and streams joined to it.
+    pub(crate) fn hold_until_end(&mut self, value: Arc<dyn Any + Send + Sync>) {
+        if let (Some(tree), Some(link)) = (self.tree.as_deref_mut(), self.link) {
+            tree.until_end.entry(link.id).or_default().push(value);
         }
     }
 
@@ -94,6 +102,7 @@ impl Stream {
             // SAFETY: both handles are live and belong to this context.
             unsafe { drv!(cuEventRecord(event.handle.raw, self.raw())) }?;
             *lock(&event.handle.recorded_in) = rec.link.cloned();
+            rec.hold_until_end(event.handle.clone());
             Ok(())
         })
     }
@@ -110,14 +119,20 @@ impl Stream {
             unsafe { drv!(cuStreamWaitEvent(self.raw(), event.handle.raw, 0)) }
         };
         self.enqueue(|rec| {
-            if !rec.capturing() {
+            if rec.capturing() {
+                rec.hold_until_end(event.handle.clone());
+            } else {
                 if let Some(link) = &joins {
                     if let Some(graph) = link.graph.upgrade() {
-                        let tree = graph.lock();
+                        let mut tree = graph.lock();
                         if tree.captures.contains_key(&link.id) {
                             // The driver makes this stream part of the capture: so does the slot.
+                            // The stream must live until the capture ends.
                             wait()?;
                             *rec.slot = Some(link.clone());
+                            let held = tree.until_end.entry(link.id).or_default();
+                            held.push(self.handle.clone());
+                            held.push(event.handle.clone());
                             return Ok(());
                         }
                     }

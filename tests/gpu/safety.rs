@@ -269,7 +269,10 @@ fn invalidated_body_then_parent_ends_completes_and_drops(gpu: &Gpu) -> TestResul
     let def = ended.graph_definition()?;
     assert!(def.nodes().is_err(), "the broken graph is refused");
     let child_parent = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    assert!(child_parent.embed(&ended).is_err(), "embedding it is refused");
+    assert!(
+        child_parent.embed(&ended).is_err(),
+        "embedding it is refused"
+    );
     drop(child_parent);
     drop(def);
     drop(ended);
@@ -358,13 +361,17 @@ fn a_drop_on_the_release_thread_may_begin_a_capture(gpu: &Gpu) -> TestResult {
     assert_eq!(buf.to_vec()?, [1]);
     // And a capture on this thread still begins.
     let device = gpu.device.clone();
-    within(20, "begin_building after the release thread captured", move || {
-        let b = device
-            .create_graph_builder()
-            .and_then(|b| b.begin_building(Global))
-            .map_err(|e| e.to_string())?;
-        b.end_building().map(|_| ()).map_err(|e| e.to_string())
-    })?;
+    within(
+        20,
+        "begin_building after the release thread captured",
+        move || {
+            let b = device
+                .create_graph_builder()
+                .and_then(|b| b.begin_building(Global))
+                .map_err(|e| e.to_string())?;
+            b.end_building().map(|_| ()).map_err(|e| e.to_string())
+        },
+    )?;
     Ok(())
 }
 
@@ -472,7 +479,10 @@ fn unfreed_graph_allocation_is_freed_with_its_exec(gpu: &Gpu) -> TestResult {
         }
         s.synchronize()?;
         let during = gpu.device.graph_memory_in_use()?;
-        assert!(during >= before + (n as u64) * 4, "{during} in use after the launch");
+        assert!(
+            during >= before + (n as u64) * 4,
+            "{during} in use after the launch"
+        );
         drop(g);
         drop(def);
         assert!(
@@ -550,7 +560,10 @@ fn forgotten_relaxed_or_thread_local_capture_does_not_pin_releases(gpu: &Gpu) ->
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let watch = buf.release_observer();
     drop(buf);
-    assert!(watch.is_released(), "freed at once beside a leaked Relaxed capture");
+    assert!(
+        watch.is_released(),
+        "freed at once beside a leaked Relaxed capture"
+    );
 
     let device = gpu.device.clone();
     let watch = within(20, "thread-local leak", move || {
@@ -686,7 +699,10 @@ fn launching_a_graph_into_a_capture_is_refused(gpu: &Gpu) -> TestResult {
     Ok(())
 }
 
-fn one_launch_graph(gpu: &Gpu, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+fn one_launch_graph(
+    gpu: &Gpu,
+    buf: &DeviceBuffer<i32>,
+) -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
     unsafe { b.launch(&gpu.f("add_one"), one(), &args![buf])? };
@@ -720,7 +736,10 @@ fn update_sources_are_released_once_their_launches_end(gpu: &Gpu) -> TestResult 
     drop(c);
     assert!(!wc.is_released());
     drop(g);
-    assert!(eventually(|| wc.is_released()), "c is released with the exec");
+    assert!(
+        eventually(|| wc.is_released()),
+        "c is released with the exec"
+    );
     assert_eq!(a.to_vec()?, [0]);
     Ok(())
 }
