@@ -1,6 +1,6 @@
 //! The device's primary context, retained for as long as any handle needs it.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys;
 
@@ -16,7 +16,14 @@ pub(crate) struct PrimaryContext {
     pub(crate) device: sys::CUdevice,
     pub(crate) ordinal: usize,
     pub(crate) raw: sys::CUcontext,
+    /// A private non-blocking stream for synchronous setup work (zeroing new allocations). It is
+    /// never captured, so waiting for it is legal while other streams capture — unlike
+    /// `cuCtxSynchronize`, which fails while any stream of the context captures.
+    setup: OnceLock<SetupStream>,
 }
+
+#[derive(Debug)]
+struct SetupStream(sys::CUstream);
 
 // SAFETY: a CUcontext is a driver handle usable from any thread; the driver synchronises access.
 unsafe impl Send for PrimaryContext {}
@@ -32,6 +39,7 @@ impl PrimaryContext {
             device,
             ordinal,
             raw,
+            setup: OnceLock::new(),
         }))
     }
 
@@ -43,8 +51,37 @@ impl PrimaryContext {
     }
 }
 
+impl PrimaryContext {
+    /// The private setup stream (made on first use); the context must be current.
+    pub(crate) fn setup_stream(&self) -> Result<sys::CUstream> {
+        if let Some(s) = self.setup.get() {
+            return Ok(s.0);
+        }
+        let mut raw = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: the context is current (the caller's promise); `raw` is a valid out pointer.
+        unsafe { drv!(cuStreamCreate(&mut raw, flags)) }?;
+        if let Err(SetupStream(lost)) = self.setup.set(SetupStream(raw)) {
+            // Another thread made one first: ours is not needed.
+            // SAFETY: `lost` was created above and is used by no one.
+            unsafe { drv_drop!(cuStreamDestroy_v2(lost)) };
+        }
+        self.setup
+            .get()
+            .map(|s| s.0)
+            .ok_or_else(|| crate::error::Error::InvalidArgument("no setup stream".into()))
+    }
+}
+
 impl Drop for PrimaryContext {
     fn drop(&mut self) {
+        if let Some(SetupStream(s)) = self.setup.take() {
+            // SAFETY: created in `setup_stream`, destroyed once, here, while the context is
+            // still retained.
+            if self.bind().is_ok() {
+                unsafe { drv_drop!(cuStreamDestroy_v2(s)) };
+            }
+        }
         // SAFETY: the context was retained once in `retain`; this is the matching release.
         unsafe { drv_drop!(cuDevicePrimaryCtxRelease_v2(self.device)) };
     }

@@ -28,12 +28,13 @@ impl DeviceAlloc {
             ptr,
             bytes,
         });
-        // SAFETY: `ptr` points at `bytes` bytes just allocated.
-        unsafe { drv!(cuMemsetD8_v2(ptr, 0, bytes)) }?;
-        // The memset runs on the legacy stream, which does not order with this crate's
-        // non-blocking streams: wait for it, so the zeroes are there for any stream.
-        // SAFETY: the context is current.
-        unsafe { drv!(cuCtxSynchronize()) }?;
+        // Zeroed on the context's private setup stream, and waited for, so the zeroes are there
+        // for any stream — without synchronising the context (refused while streams capture).
+        let setup = ctx.setup_stream()?;
+        // SAFETY: `ptr` points at `bytes` bytes just allocated; the setup stream is live.
+        unsafe { drv!(cuMemsetD8Async(ptr, 0, bytes, setup)) }?;
+        // SAFETY: as above; the setup stream is never captured.
+        unsafe { drv!(cuStreamSynchronize(setup)) }?;
         Ok(alloc)
     }
 }

@@ -80,6 +80,20 @@ impl Stream {
         self.handle.raw
     }
 
+    /// The raw `CUstream`, for passing to other CUDA code. It stays valid while this `Stream`
+    /// (or a clone) lives. Work issued on it behind this crate's back is not tracked: what it
+    /// uses is the caller's to keep alive.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(stream: &Stream) {
+    /// let raw: cudarc::driver::sys::CUstream = stream.as_raw();
+    /// # }
+    /// ```
+    pub fn as_raw(&self) -> sys::CUstream {
+        self.handle.raw
+    }
+
     /// The device the stream belongs to.
     pub fn device(&self) -> Device {
         Device::from_ctx(&self.handle.ctx)

@@ -62,21 +62,6 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         unfreed_graph_allocation_is_freed_with_its_exec,
     ),
     (
-        "safety::forgotten_body_blocks_complete_and_node_destruction",
-        Needs::Conditional(DriverVersion::V12_3),
-        forgotten_body_blocks_complete_and_node_destruction,
-    ),
-    (
-        "safety::forgotten_fork_fails_the_end_cleanly",
-        Needs::Gpu,
-        forgotten_fork_fails_the_end_cleanly,
-    ),
-    (
-        "safety::forgotten_relaxed_or_thread_local_capture_does_not_pin_releases",
-        Needs::Gpu,
-        forgotten_relaxed_or_thread_local_capture_does_not_pin_releases,
-    ),
-    (
         "safety::frees_during_relaxed_and_thread_local_captures_keep_them_valid",
         Needs::Gpu,
         frees_during_relaxed_and_thread_local_captures_keep_them_valid,
@@ -101,7 +86,33 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         Needs::Gpu,
         update_sources_are_released_once_their_launches_end,
     ),
+    // Last: these leak captures on purpose (CUDA then refuses context-wide synchronisation
+    // until they end), and end them with raw driver calls when done.
+    (
+        "safety::forgotten_body_blocks_complete_and_node_destruction",
+        Needs::Conditional(DriverVersion::V12_3),
+        forgotten_body_blocks_complete_and_node_destruction,
+    ),
+    (
+        "safety::forgotten_fork_fails_the_end_cleanly",
+        Needs::Gpu,
+        forgotten_fork_fails_the_end_cleanly,
+    ),
+    (
+        "safety::forgotten_relaxed_or_thread_local_capture_does_not_pin_releases",
+        Needs::Gpu,
+        forgotten_relaxed_or_thread_local_capture_does_not_pin_releases,
+    ),
 ];
+
+/// Ends a capture that a test leaked on purpose (its builder was `mem::forget`-ten), with a raw
+/// driver call, so later tests run in a clean process.
+fn end_leaked(s: &Stream) {
+    let mut g = std::ptr::null_mut();
+    // SAFETY: the stream is live; the graph returned (the crate's own, captured into) is left
+    // alone.
+    let _ = unsafe { cudarc::driver::sys::cuStreamEndCapture(s.as_raw(), &mut g) };
+}
 
 /// Runs `f` on a thread and fails if it does not finish within `secs` (a hang becomes a failure).
 fn within<T: Send + 'static>(
@@ -504,6 +515,7 @@ fn forgotten_body_blocks_complete_and_node_destruction(gpu: &Gpu) -> TestResult 
     let body = p.if_then(&h)?.begin_building(Relaxed)?;
     // SAFETY: add_one(int*).
     unsafe { body.launch(&add_one, one(), &args![&buf])? };
+    let body_stream = body.stream().clone();
     std::mem::forget(body);
     let ended = p.end_building()?;
     match ended.complete(&Default::default()) {
@@ -525,6 +537,7 @@ fn forgotten_body_blocks_complete_and_node_destruction(gpu: &Gpu) -> TestResult 
         b.end_building()?
     })?;
     assert!(other.update(&ended).is_err());
+    end_leaked(&body_stream);
     Ok(())
 }
 
@@ -555,7 +568,8 @@ fn forgotten_fork_fails_the_end_cleanly(gpu: &Gpu) -> TestResult {
 /// deferred forever. Relaxed captures forbid no frees; a leaked thread-local capture defers only
 /// its own thread's frees, which the release thread then makes.
 fn forgotten_relaxed_or_thread_local_capture_does_not_pin_releases(gpu: &Gpu) -> TestResult {
-    let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    let stream = gpu.stream();
+    let b = stream.create_graph_builder().begin_building(Relaxed)?;
     std::mem::forget(b);
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let watch = buf.release_observer();
@@ -564,24 +578,38 @@ fn forgotten_relaxed_or_thread_local_capture_does_not_pin_releases(gpu: &Gpu) ->
         watch.is_released(),
         "freed at once beside a leaked Relaxed capture"
     );
+    end_leaked(&stream);
 
+    // A thread leaks a ThreadLocal capture and stays alive; this thread frees at once.
+    let (to_main, from_thread) = mpsc::channel();
+    let (to_thread, from_main) = mpsc::channel::<()>();
     let device = gpu.device.clone();
-    let watch = within(20, "thread-local leak", move || {
-        let b = device
+    let t = std::thread::spawn(move || {
+        let s = device.create_stream().expect("stream");
+        let b = s
             .create_graph_builder()
-            .and_then(|b| b.begin_building(ThreadLocal))
-            .map_err(|e| e.to_string())?;
+            .begin_building(ThreadLocal)
+            .expect("begin");
         std::mem::forget(b);
-        let buf = device.alloc_zeroed::<i32>(1).map_err(|e| e.to_string());
-        // Allocating is refused on this thread while its capture lives: CUDA's rule.
-        assert!(buf.is_err());
-        Ok(())
-    })?;
-    let _ = watch;
+        // Its own drops are deferred (freeing here would invalidate its capture).
+        let own = device.alloc_zeroed::<i32>(1);
+        let _ = to_main.send(own.is_err());
+        let _ = from_main.recv_timeout(Duration::from_secs(20));
+        end_leaked(&s);
+    });
+    let alloc_refused = from_thread
+        .recv_timeout(Duration::from_secs(20))
+        .map_err(|_| "thread-local leak: no answer")?;
+    assert!(
+        alloc_refused,
+        "CUDA refuses allocation on the capturing thread"
+    );
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let watch = buf.release_observer();
     drop(buf);
     assert!(watch.is_released(), "other threads free at once");
+    let _ = to_thread.send(());
+    t.join().map_err(|_| "thread panicked")?;
     Ok(())
 }
 
