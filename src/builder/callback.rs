@@ -74,7 +74,7 @@ unsafe extern "C" fn trampoline(user_data: *mut c_void) {
     // A panic never crosses into the driver.
     let _ = catch_unwind(|| {
         // SAFETY: `user_data` is `Arc::as_ptr` of a `CallbackState` that the graph (and every exec
-        // made from it) keeps alive through a user object, so it is valid whenever the node runs.
+        // made from it) keeps alive through its keep set, so it is valid whenever the node runs.
         let state = unsafe { &*(user_data as *const CallbackState) };
         // CUDA calls are refused on this thread: destroys the closure causes are deferred.
         crate::driver::release::in_callback(|| state.run());
@@ -134,7 +134,7 @@ impl HostCallback {
 /// A closure made ready to be a host node, shared by captured callbacks and definitions' host
 /// nodes.
 pub(crate) struct PreparedCallback {
-    /// What the graph must keep alive (a user object) while the node can run.
+    /// What the graph must keep alive while the node can run.
     pub(crate) keep: Arc<dyn std::any::Any + Send + Sync>,
     /// The observer handed to the user.
     pub(crate) observer: HostCallback,

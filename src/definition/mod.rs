@@ -47,9 +47,10 @@ pub use nodes::{GraphAllocation, Memset2d, MemsetValue};
 /// ## Lifetimes
 /// Every resource of this crate that a node refers to — a [`DeviceBuffer`](crate::DeviceBuffer)'s
 /// memory, an [`Event`](crate::Event), a kernel's module, a host callback's closure, a child or
-/// body graph — is moved into the graph as a CUDA user object, so it lives until this graph, its
-/// clones and every [`Graph`] exec made from them are dropped (instantiation carries user
-/// objects to the exec). Dropping your handles early is fine.
+/// body graph — is held by the graph (its tree's keep set), so it lives until this graph, its
+/// clones and every [`Graph`] exec made from them are dropped and their launches have finished
+/// (an exec holds a snapshot of what the graph used when it was instantiated). Dropping your
+/// handles early is fine.
 ///
 /// ## Threads
 /// `GraphDefinition` is `Send + Sync`. CUDA graph objects are not internally synchronised, so

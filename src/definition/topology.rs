@@ -200,7 +200,7 @@ impl GraphDefinition {
     /// Destroys `node` and its edges (`cuGraphDestroyNode`). Its token, and every copy of it, is
     /// dead from now on ([`Error::DestroyedNode`]). Destroying a conditional node frees its
     /// bodies: their definitions then return errors. What the node used stays alive until the
-    /// graph goes (user objects belong to the graph, not to a node).
+    /// graph goes (the keep set belongs to the graph, not to a node).
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;

@@ -131,7 +131,7 @@ impl TreeState {
 
 // SAFETY: CUgraph handles may be used from any thread; this crate never touches a graph tree from
 // two threads at once: driver calls on it run under its tree lock (`lock`), and a capture that
-// records into it is owned by one builder, while definitions refuse it (`TreeState::capturing`).
+// records into it is owned by one builder, while definitions refuse it (`TreeState::captures`).
 unsafe impl Send for GraphHandle {}
 // SAFETY: as above.
 unsafe impl Sync for GraphHandle {}
@@ -258,7 +258,7 @@ impl Drop for ExecHandle {
     fn drop(&mut self) {
         // SAFETY: the exec was wrapped once after a successful instantiate and is destroyed
         // exactly once, here. The driver defers the free until pending launches finish, and the
-        // user objects it holds are released after that.
+        // values `Graph` holds for it are released after its last launch (see `Graph`'s `Drop`).
         release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
             drv_drop!(cuGraphExecDestroy(raw))
         });

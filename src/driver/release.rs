@@ -12,8 +12,8 @@
 //! read side of [`GATE`]; a `Global` capture takes the write side to begin, so no free can fall
 //! between "no Global capture is active" and the free itself.
 //!
-//! The release thread also drops the values that graphs kept alive as user objects (the driver's
-//! destructor callback must not call CUDA itself), with no lock held, so such a value's `Drop`
+//! The release thread also drops the values that execs release after their last launch (a host
+//! function queued behind it, on the driver's thread, must not call CUDA itself), with no lock held, so such a value's `Drop`
 //! may call back into the crate (even begin a capture). It runs in relaxed capture mode.
 
 use std::cell::Cell;

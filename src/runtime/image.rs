@@ -27,12 +27,17 @@ const ENTRY_FLAGS_END: u32 = 48;
 /// Flags of a compressed payload: 0x2000 (older, LZ-style) and 0x8000 (zstd, CUDA 12.8+).
 const ENTRY_COMPRESSED: u64 = 0x2000 | 0x8000;
 
+/// Zero words after the copied image.
+const TAIL_WORDS: usize = 8;
+
 /// Checks the image and copies it into an 8-byte aligned, NUL-terminated buffer, so the driver
 /// never reads past what the caller gave.
 pub(crate) fn prepare_image(image: &[u8]) -> Result<Vec<u64>> {
     validate(image)?;
-    // Copy, with at least one trailing NUL (PTX must be NUL-terminated).
-    let mut out = vec![0u64; image.len() / 8 + 1];
+    // Copy, with at least 64 trailing zero bytes: PTX must be NUL-terminated, and a fatbin entry
+    // header the driver reads at its full size (64 bytes) stays inside the buffer even when the
+    // image declares a shorter one at its very end.
+    let mut out = vec![0u64; image.len() / 8 + 1 + TAIL_WORDS];
     // SAFETY: `out` holds at least `image.len() + 1` bytes; the regions do not overlap.
     unsafe {
         std::ptr::copy_nonoverlapping(image.as_ptr(), out.as_mut_ptr().cast::<u8>(), image.len())

@@ -476,7 +476,7 @@ fn unfreed_graph_allocation_is_freed_with_its_exec(gpu: &Gpu) -> TestResult {
                 &args![&scratch, n as i32, 7i32],
             )?
         };
-        drop(scratch); // no free node
+        let _no_free_node = scratch;
         let options = GraphCompleteOptions {
             auto_free_on_launch: auto_free,
             ..Default::default()
