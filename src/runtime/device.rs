@@ -168,6 +168,23 @@ impl Device {
         })
     }
 
+    /// The device's free and total memory in bytes (`cuMemGetInfo`), as the driver sees it now.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let (free, total) = device.memory_info()?;
+    /// println!("{} of {} MiB free", free >> 20, total >> 20);
+    /// # Ok(()) }
+    /// ```
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.ctx.bind()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: the context is current; both out pointers are valid.
+        unsafe { drv!(cuMemGetInfo_v2(&mut free, &mut total)) }?;
+        Ok((free, total))
+    }
+
     /// Bytes of graph memory (from memory allocation nodes) allocated on this device now,
     /// across all graphs (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`).
     ///

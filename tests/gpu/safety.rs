@@ -114,6 +114,21 @@ fn end_leaked(s: &Stream) {
     let _ = unsafe { cudarc::driver::sys::cuStreamEndCapture(s.as_raw(), &mut g) };
 }
 
+/// Device memory in use, in bytes.
+fn used(gpu: &Gpu) -> usize {
+    gpu.device
+        .memory_info()
+        .map(|(free, total)| total - free)
+        .unwrap_or(0)
+}
+
+/// Whether device memory in use comes back to within 16 MiB of `baseline` (bounded wait).
+fn back_to(gpu: &Gpu, baseline: usize) -> bool {
+    eventually(|| used(gpu) <= baseline + (16 << 20))
+}
+
+const BIG: usize = 64 << 20; // 64 Mi ints = 256 MiB
+
 /// Runs `f` on a thread and fails if it does not finish within `secs` (a hang becomes a failure).
 fn within<T: Send + 'static>(
     secs: u64,
@@ -440,7 +455,8 @@ fn switch_bodies_cost_no_stream_until_captured(gpu: &Gpu) -> TestResult {
 /// Item 10: a buffer that a callback's closure owns and drops while it runs (on the driver's
 /// thread, where `cuMemFree` is refused) was never freed.
 fn buffer_dropped_inside_a_callback_is_freed(gpu: &Gpu) -> TestResult {
-    let owned = gpu.device.alloc_zeroed::<i32>(1 << 20)?;
+    let baseline = used(gpu);
+    let owned = gpu.device.alloc_zeroed::<i32>(BIG)?;
     let watch = owned.release_observer();
     let mut slot = Some(owned);
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
@@ -450,9 +466,11 @@ fn buffer_dropped_inside_a_callback_is_freed(gpu: &Gpu) -> TestResult {
     g.launch(&s)?;
     s.synchronize()?;
     assert!(eventually(|| cb.calls() == Some(1)));
+    assert!(eventually(|| watch.is_released()));
     assert!(
-        eventually(|| watch.is_released()),
-        "the buffer dropped in the callback is freed (later, off the driver's thread)"
+        back_to(gpu, baseline),
+        "the 256 MiB dropped in the callback are freed (later, off the driver's thread): {} MiB over",
+        (used(gpu).saturating_sub(baseline)) >> 20
     );
     Ok(())
 }
@@ -620,17 +638,20 @@ fn frees_during_relaxed_and_thread_local_captures_keep_them_valid(gpu: &Gpu) -> 
     let add_one = gpu.f("add_one");
     let counter = gpu.device.alloc_zeroed::<i32>(1)?;
     for thread_local in [false, true] {
-        let spare = gpu.device.alloc_zeroed::<i32>(1 << 16)?;
-        let other = gpu.device.alloc_zeroed::<i32>(1 << 16)?;
-        let (w1, w2) = (spare.release_observer(), other.release_observer());
+        let baseline = used(gpu);
+        let spare = gpu.device.alloc_zeroed::<i32>(BIG)?;
+        let other = gpu.device.alloc_zeroed::<i32>(BIG)?;
         let s = gpu.stream();
         let g = if thread_local {
             let b = s.create_graph_builder().begin_building(ThreadLocal)?;
             // SAFETY: add_one(int*).
             unsafe { b.launch(&add_one, one(), &args![&counter])? };
-            drop(spare); // this thread: deferred
+            drop(spare); // this thread: deferred until the capture ends
             std::thread::spawn(move || drop(other)).join().ok();
-            assert!(w2.is_released(), "another thread frees at once");
+            assert!(
+                eventually(|| used(gpu) <= baseline + BIG * 4 + (16 << 20)),
+                "another thread frees during a ThreadLocal capture"
+            );
             unsafe { b.launch(&add_one, one(), &args![&counter])? };
             complete(b.end_building()?)?
         } else {
@@ -638,14 +659,18 @@ fn frees_during_relaxed_and_thread_local_captures_keep_them_valid(gpu: &Gpu) -> 
             // SAFETY: add_one(int*).
             unsafe { b.launch(&add_one, one(), &args![&counter])? };
             drop(spare);
-            assert!(w1.is_released(), "freed at once during a Relaxed capture");
             std::thread::spawn(move || drop(other)).join().ok();
+            assert!(
+                back_to(gpu, baseline),
+                "both freed during a Relaxed capture"
+            );
             unsafe { b.launch(&add_one, one(), &args![&counter])? };
             complete(b.end_building()?)?
         };
         g.launch(&s)?;
         s.synchronize()?;
-        assert!(eventually(|| w1.is_released() && w2.is_released()));
+        drop(g);
+        assert!(back_to(gpu, baseline), "all freed after the capture");
     }
     assert_eq!(counter.to_vec()?, [4]);
     Ok(())
