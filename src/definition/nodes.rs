@@ -139,8 +139,9 @@ pub(crate) fn check_alloc_size(bytes: usize) -> Result<()> {
 ///   made with [`auto_free_on_launch`](crate::GraphCompleteOptions::auto_free_on_launch), which
 ///   frees it at the start of each launch;
 /// - the [`Graph`](crate::Graph) exec frees whatever is still allocated when it is dropped,
-///   after its last launch has finished (so nothing leaks when the exec and the definition are
-///   gone; [`Device::graph_memory_in_use`](crate::Device::graph_memory_in_use) shows it).
+///   after its last launch has finished, and trims the device's graph memory pool (so nothing
+///   leaks when the exec and the definition are gone;
+///   [`Device::graph_memory_in_use`](crate::Device::graph_memory_in_use) shows it).
 ///
 /// Pass it to kernels
 /// that the graph orders between the two nodes (`&allocation` is a kernel argument: its device

@@ -479,6 +479,7 @@ impl Drop for Graph {
             return;
         }
         let ctx = self.exec.ctx.clone();
+        let freed_any = !unfreed.is_empty();
         let release = move || {
             drop(held);
             for ptr in unfreed {
@@ -487,6 +488,14 @@ impl Drop for Graph {
                 // allowed, and freeing an address not allocated now is an error, ignored.
                 crate::driver::release::destroy_in(&ctx, ptr, |p| unsafe {
                     crate::driver::drv_drop!(cuMemFree_v2(p))
+                });
+            }
+            if freed_any {
+                // Freed graph memory goes back to the device's graph pool; give the pool's unused
+                // memory back to the device, as if the graph had freed it itself and been trimmed.
+                // SAFETY: trimming only releases pool memory no graph uses.
+                crate::driver::release::destroy_in(&ctx, ctx.device, |d| unsafe {
+                    crate::driver::drv_drop!(cuDeviceGraphMemTrim(d))
                 });
             }
         };

@@ -185,8 +185,9 @@ impl Device {
         Ok((free, total))
     }
 
-    /// Bytes of graph memory (from memory allocation nodes) allocated on this device now,
-    /// across all graphs (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`).
+    /// Bytes of graph memory (from memory allocation nodes) the device's graph pool holds now,
+    /// across all graphs (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`): allocated, or freed and kept in
+    /// the pool until [`trim_graph_memory`](Self::trim_graph_memory).
     ///
     /// Memory a graph allocates without freeing it stays allocated after the launch; the
     /// [`Graph`](crate::Graph) frees it when dropped (see
@@ -211,6 +212,22 @@ impl Device {
             ))
         }?;
         Ok(v)
+    }
+
+    /// Gives the device's graph memory pool's unused memory back to the device
+    /// (`cuDeviceGraphMemTrim`): memory that graphs allocated and freed stays in the pool, for
+    /// their next launches, until trimmed.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// device.trim_graph_memory()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn trim_graph_memory(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current; trimming releases only memory no graph uses.
+        unsafe { drv!(cuDeviceGraphMemTrim(self.ctx.device)) }
     }
 
     /// Blocks until all work on this device is done.

@@ -1,15 +1,12 @@
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys;
-
-use std::any::Any;
-use std::sync::{Mutex, MutexGuard};
 
 use super::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::driver::drv;
 use crate::driver::graph::{lock_two, GraphHandle, TreeState};
-use crate::driver::stream::CaptureStatus;
-use crate::driver::stream::{CaptureLink, StreamHandle};
+use crate::driver::stream::{CaptureLink, CaptureStatus, StreamHandle};
 use crate::error::{Error, Result};
 use crate::Device;
 

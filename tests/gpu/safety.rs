@@ -508,15 +508,13 @@ fn unfreed_graph_allocation_is_freed_with_its_exec(gpu: &Gpu) -> TestResult {
         }
         s.synchronize()?;
         let during = gpu.device.graph_memory_in_use()?;
-        assert!(
-            during >= before + (n as u64) * 4,
-            "{during} in use after the launch"
-        );
+        let ours = (n as u64) * 4;
+        assert!(during >= ours, "{during} in use after the launch");
         drop(g);
         drop(def);
         assert!(
-            eventually(|| gpu.device.graph_memory_in_use().ok() == Some(before)),
-            "graph memory back to {before} (auto_free_on_launch: {auto_free}), now {:?}",
+            eventually(|| gpu.device.graph_memory_in_use().ok() <= Some(during - ours)),
+            "graph memory down from {during} by {ours} (auto_free_on_launch: {auto_free}; before: {before}), now {:?}",
             gpu.device.graph_memory_in_use()
         );
     }
