@@ -46,6 +46,14 @@ impl PrimaryContext {
     /// Makes this context current on the calling thread. Every driver call that needs a context is
     /// preceded by this.
     pub(crate) fn bind(&self) -> Result<()> {
+        let mut current = std::ptr::null_mut();
+        // SAFETY: `current` is a valid out pointer. Reading the current context is cheaper than
+        // setting it, and other code (cudarc, the user) may have changed it since our last call,
+        // so it is read every time rather than cached.
+        unsafe { drv!(cuCtxGetCurrent(&mut current)) }?;
+        if current == self.raw {
+            return Ok(());
+        }
         // SAFETY: `raw` is a retained primary context, valid until `Drop`.
         unsafe { drv!(cuCtxSetCurrent(self.raw)) }
     }
