@@ -287,7 +287,7 @@ fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
             "a stream capture is recording into this graph (its conditional body builder is capturing): call `end_building()` on the body first".into(),
         ));
     }
-    if graph.owner_chain().iter().any(|id| tree.dead.contains(id)) {
+    if graph.any_in_chain(|id| tree.dead.contains(&id)) {
         return Err(Error::InvalidArgument(
             "the driver freed this graph: its conditional node was destroyed, or a capture into it failed".into(),
         ));

@@ -132,8 +132,14 @@ pub(crate) fn token(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> 
 /// Registers a node the driver just created: it gets a new serial even if a destroyed node had
 /// its address.
 pub(crate) fn fresh(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
-    tree.nodes.remove(&(graph, raw as usize));
-    token(tree, graph, raw)
+    tree.next_serial += 1;
+    let serial = tree.next_serial;
+    tree.nodes.insert((graph, raw as usize), serial);
+    GraphNode {
+        graph,
+        raw: raw as usize,
+        serial,
+    }
 }
 
 /// Checks that `node` is a live node of graph `graph`.
@@ -152,7 +158,7 @@ pub(crate) fn check_all(
     tree: &TreeState,
     graph: u64,
     nodes: &[&GraphNode],
-) -> Result<Vec<sys::CUgraphNode>> {
+) -> Result<smallvec::SmallVec<[sys::CUgraphNode; 8]>> {
     nodes.iter().map(|n| check(tree, graph, n)).collect()
 }
 

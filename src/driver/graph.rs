@@ -37,6 +37,34 @@ pub struct GraphHandle {
     disowned: AtomicBool,
 }
 
+/// A fast hasher for the crate's internal integer keys (ids, node and object addresses): one
+/// multiply per word (the Fx hash). The keys are not chosen by an adversary.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type Ids = std::hash::BuildHasherDefault<IdHasher>;
+/// A map keyed by ids or addresses.
+pub(crate) type IdMap<K, V> = HashMap<K, V, Ids>;
+/// A set of ids or addresses.
+pub(crate) type IdSet<K> = HashSet<K, Ids>;
+
 /// A batch of values that graphs and execs keep alive (see [`TreeState::snapshot`]).
 pub(crate) type KeepChunk = Arc<Vec<Arc<dyn Any + Send + Sync>>>;
 
@@ -47,20 +75,20 @@ pub(crate) struct TreeState {
     /// Live nodes known to this crate: `(graph id, raw node)` → serial. A node token is valid
     /// only while its serial is here, so a destroyed node (whose address the driver may reuse)
     /// is never mistaken for a new one.
-    pub(crate) nodes: HashMap<(u64, usize), u64>,
+    pub(crate) nodes: IdMap<(u64, usize), u64>,
     /// The next node serial.
     pub(crate) next_serial: u64,
     /// Conditional nodes that this crate created: `(graph id, raw node)` → the ids of the body
     /// graphs it owns, so that destroying the node marks them dead.
-    pub(crate) bodies: HashMap<(u64, usize), Vec<u64>>,
+    pub(crate) bodies: IdMap<(u64, usize), Vec<u64>>,
     /// Graphs the driver freed: bodies whose conditional node was destroyed, and graphs a failed
     /// capture into destroyed.
-    pub(crate) dead: HashSet<u64>,
+    pub(crate) dead: IdSet<u64>,
     /// Stream captures recording into graphs of this tree now: capture id → graph id.
     /// Definitions refuse a graph being captured into; instantiation, update, embedding and
     /// cloning refuse the whole tree while any capture records (a leaked body builder's capture
     /// never ends).
-    pub(crate) captures: HashMap<u64, u64>,
+    pub(crate) captures: IdMap<u64, u64>,
     /// Operands used by nodes of this tree (captured or added explicitly), added since the last
     /// [`TreeState::snapshot`].
     pending: Vec<Arc<dyn Any + Send + Sync>>,
@@ -68,10 +96,13 @@ pub(crate) struct TreeState {
     /// holds the chunks that existed when it was made.
     chunks: Vec<KeepChunk>,
     /// Addresses of everything this tree holds, so each is held once.
-    kept: HashSet<usize>,
+    kept: IdSet<usize>,
+    /// The address kept last: a capture that launches the same kernel again and again skips
+    /// the hash.
+    last_kept: usize,
     /// Held until a capture ends (capture id → values): events recorded and streams joined into
     /// it, which the driver refers to while the capture records.
-    pub(crate) until_end: HashMap<u64, Vec<Arc<dyn Any + Send + Sync>>>,
+    pub(crate) until_end: IdMap<u64, Vec<Arc<dyn Any + Send + Sync>>>,
     /// Why the tree can no longer be used, if the driver broke it: a conditional body's capture
     /// was invalidated, and the driver destroyed the body graph that a node of this tree owns.
     /// Instantiating, destroying the node, or destroying the root graph then crash inside the
@@ -79,7 +110,7 @@ pub(crate) struct TreeState {
     pub(crate) broken: Option<String>,
     /// Memory allocation nodes with no free node in the graph: `(graph id, raw node)` → the
     /// device address. Each exec frees what is still allocated when it is dropped.
-    pub(crate) unfreed: HashMap<(u64, usize), u64>,
+    pub(crate) unfreed: IdMap<(u64, usize), u64>,
 }
 
 impl TreeState {
@@ -91,16 +122,25 @@ impl TreeState {
     /// Holds `value` for as long as the tree (and, once flushed, every exec made from it) lives.
     /// The same `Arc` is held once.
     pub(crate) fn keep<T: Any + Send + Sync>(&mut self, value: &Arc<T>) {
-        if self.kept.insert(Arc::as_ptr(value) as *const () as usize) {
+        if self.first_time(Arc::as_ptr(value) as *const () as usize) {
             self.pending.push(value.clone());
         }
     }
 
     /// Holds a value shared as `Arc<dyn Any>` (a kernel argument's owner).
     pub(crate) fn keep_dyn(&mut self, value: &Arc<dyn Any + Send + Sync>) {
-        if self.kept.insert(Arc::as_ptr(value) as *const () as usize) {
+        if self.first_time(Arc::as_ptr(value) as *const () as usize) {
             self.pending.push(value.clone());
         }
+    }
+
+    /// Whether `addr` is not held yet (and records it).
+    fn first_time(&mut self, addr: usize) -> bool {
+        if addr == self.last_kept {
+            return false;
+        }
+        self.last_kept = addr;
+        self.kept.insert(addr)
     }
 
     /// Refuses a tree that a capture still records into or that the driver broke, for
@@ -196,15 +236,18 @@ impl GraphHandle {
         self.owner.is_some()
     }
 
-    /// The ids of this graph and the graphs that own it, innermost first.
-    pub(crate) fn owner_chain(&self) -> Vec<u64> {
-        let mut ids = vec![self.id];
+    /// Whether `pred` holds for the id of this graph or of a graph that owns it.
+    pub(crate) fn any_in_chain(&self, mut pred: impl FnMut(u64) -> bool) -> bool {
         let mut g = self;
-        while let Some(o) = &g.owner {
-            ids.push(o.id);
-            g = o;
+        loop {
+            if pred(g.id) {
+                return true;
+            }
+            match &g.owner {
+                Some(o) => g = o,
+                None => return false,
+            }
         }
-        ids
     }
 
     /// Records that the driver destroyed this graph (when a capture into it was invalidated and

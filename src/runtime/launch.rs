@@ -3,6 +3,8 @@ use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::{DeviceBuffer, DeviceCopy};
 
 /// Grid and block dimensions and dynamic shared memory for a kernel launch.
@@ -118,25 +120,36 @@ impl KernelArgs {
     }
 
     /// The `void**` array `cuLaunchKernel` takes; valid while `self` is borrowed.
-    pub(crate) fn pointers(&self) -> Vec<*mut std::ffi::c_void> {
-        self.values
-            .iter()
-            .map(|v| v.ptr.as_ptr().cast::<std::ffi::c_void>())
-            .collect()
+    pub(crate) fn pointers(&self) -> SmallVec<[*mut std::ffi::c_void; 16]> {
+        self.values.iter().map(|v| v.ptr()).collect()
     }
 }
 
 /// One argument's bytes, in a heap allocation with the layout of the argument's type (its size
 /// rounded up to at least one byte, so a zero-sized argument still has a valid, unique address);
 /// freed on drop.
-struct ArgValue {
-    ptr: NonNull<u8>,
-    layout: Layout,
+/// One argument's bytes: inline when the type fits 16 bytes at an alignment of at most 16 (every
+/// primitive, pointer and `float4`-like type), else in an allocation with the type's layout.
+enum ArgValue {
+    Inline(Inline),
+    Heap { ptr: NonNull<u8>, layout: Layout },
 }
+
+/// Inline storage for a small argument.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Inline([u8; 16]);
 
 impl ArgValue {
     fn new<T: DeviceCopy>(value: T) -> Self {
         let t = Layout::new::<T>();
+        if t.size() <= std::mem::size_of::<Inline>() && t.align() <= std::mem::align_of::<Inline>()
+        {
+            let mut inline = Inline([0; 16]);
+            // SAFETY: `inline` holds 16 bytes aligned to 16, enough for `T` (checked above).
+            unsafe { inline.0.as_mut_ptr().cast::<T>().write(value) };
+            return ArgValue::Inline(inline);
+        }
         // A zero-sized `T` gets the layout of `(T, u8)`: at least one byte, aligned for `T`.
         let layout = if t.size() == 0 {
             Layout::new::<(T, u8)>()
@@ -152,15 +165,25 @@ impl ArgValue {
         // SAFETY: `ptr` is a fresh allocation of at least `size_of::<T>()` bytes, aligned to
         // `align_of::<T>()` (its layout was made from `T`'s), so it is valid for writing a `T`.
         unsafe { ptr.as_ptr().cast::<T>().write(value) };
-        ArgValue { ptr, layout }
+        ArgValue::Heap { ptr, layout }
+    }
+
+    /// Where the argument's bytes are, for the driver (valid while `self` is not moved).
+    fn ptr(&self) -> *mut std::ffi::c_void {
+        match self {
+            ArgValue::Inline(i) => i.0.as_ptr() as *mut std::ffi::c_void,
+            ArgValue::Heap { ptr, .. } => ptr.as_ptr().cast(),
+        }
     }
 }
 
 impl Drop for ArgValue {
     fn drop(&mut self) {
-        // SAFETY: `ptr` was allocated in `new` with exactly `layout` and is freed once, here. The
-        // value in it is `DeviceCopy`, hence `Copy`: it has no destructor to run.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        if let ArgValue::Heap { ptr, layout } = self {
+            // SAFETY: `ptr` was allocated in `new` with exactly `layout` and is freed once, here.
+            // The value in it is `DeviceCopy`, hence `Copy`: it has no destructor to run.
+            unsafe { std::alloc::dealloc(ptr.as_ptr(), *layout) };
+        }
     }
 }
 

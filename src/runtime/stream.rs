@@ -20,8 +20,8 @@ pub(crate) struct Recording<'a> {
     pub(crate) tree: Option<&'a mut TreeState>,
     /// The tree of the other graph passed to [`Stream::enqueue_with`], when it is another tree.
     pub(crate) other: Option<&'a mut TreeState>,
-    /// The capture.
-    pub(crate) link: Option<&'a CaptureLink>,
+    /// The graph captured into and the capture's id.
+    capture: Option<(&'a Arc<GraphHandle>, u64)>,
     /// The stream's capture slot (held for the whole operation).
     pub(crate) slot: &'a mut Option<CaptureLink>,
 }
@@ -42,9 +42,17 @@ impl Recording<'_> {
     /// Holds `value` until the capture ends (nothing when not capturing): what the driver refers
     /// to while the capture records, such as events recorded into it and streams joined to it.
     pub(crate) fn hold_until_end(&mut self, value: Arc<dyn Any + Send + Sync>) {
-        if let (Some(tree), Some(link)) = (self.tree.as_deref_mut(), self.link) {
-            tree.until_end.entry(link.id).or_default().push(value);
+        if let (Some(tree), Some((_, id))) = (self.tree.as_deref_mut(), self.capture) {
+            tree.until_end.entry(id).or_default().push(value);
         }
+    }
+
+    /// The capture, as a link a stream or event can hold.
+    pub(crate) fn link(&self) -> Option<CaptureLink> {
+        self.capture.map(|(graph, id)| CaptureLink {
+            graph: Arc::downgrade(graph),
+            id,
+        })
     }
 
     /// [`keep`](Self::keep) for a value already shared as `Arc<dyn Any>`.
@@ -112,7 +120,7 @@ impl Stream {
         self.enqueue(|rec| {
             // SAFETY: both handles are live and belong to this context.
             unsafe { drv!(cuEventRecord(event.handle.raw, self.raw())) }?;
-            *lock(&event.handle.recorded_in) = rec.link.cloned();
+            *lock(&event.handle.recorded_in) = rec.link();
             rec.hold_until_end(event.handle.clone());
             Ok(())
         })
@@ -177,17 +185,17 @@ impl Stream {
     ) -> Result<R> {
         self.handle.ctx.bind()?;
         let mut slot = self.handle.slot();
-        if let Some(link) = slot.clone() {
-            if let Some(graph) = link.graph.upgrade() {
+        if let Some((graph, id)) = slot.as_ref().map(|l| (l.graph.upgrade(), l.id)) {
+            if let Some(graph) = graph {
                 let (mut tree, mut second) = match other {
                     Some(o) => lock_two(&graph, o),
                     None => (graph.lock(), None),
                 };
-                if tree.captures.contains_key(&link.id) {
+                if tree.captures.contains_key(&id) {
                     let mut rec = Recording {
                         tree: Some(&mut tree),
                         other: second.as_deref_mut(),
-                        link: Some(&link),
+                        capture: Some((&graph, id)),
                         slot: &mut slot,
                     };
                     return op(&mut rec);
@@ -199,7 +207,7 @@ impl Stream {
         let mut rec = Recording {
             tree: None,
             other: None,
-            link: None,
+            capture: None,
             slot: &mut slot,
         };
         op(&mut rec)
