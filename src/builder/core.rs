@@ -60,7 +60,7 @@ impl Core {
             DriverVersion::V12_3,
         )?;
         if self.new_stream_on_begin {
-            self.stream = self.stream.device().create_stream()?;
+            self.stream = self.stream.device().pooled_stream()?;
             self.new_stream_on_begin = false;
         }
         let ctx = self.stream.handle.ctx.clone();
@@ -265,7 +265,7 @@ impl Core {
 
     /// Makes `into`'s stream wait for everything recorded on this builder's stream so far.
     pub(crate) fn join_into(&self, into: &Stream) -> Result<()> {
-        let event: Event = self.stream.device().create_event()?;
+        let event: Event = self.stream.device().pooled_event()?;
         self.stream.record(&event)?;
         into.wait(&event)
     }

@@ -52,11 +52,11 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         Forks<N>: AtLeastTwo,
     {
         let device = self.core.stream.device();
-        let event = device.create_event()?;
+        let event = device.pooled_event()?;
         self.core.stream.record(&event)?;
         let mut forks = Vec::with_capacity(N);
         for _ in 0..N {
-            let stream: Stream = device.create_stream()?;
+            let stream: Stream = device.pooled_stream()?;
             // The stream joins the capture by waiting on an event recorded in it.
             stream.wait(&event)?;
             let mut core = Core::new(stream);

@@ -20,7 +20,20 @@ pub(crate) struct PrimaryContext {
     /// never captured, so waiting for it is legal while other streams capture — unlike
     /// `cuCtxSynchronize`, which fails while any stream of the context captures.
     setup: OnceLock<SetupStream>,
+    /// Streams and events that forks and joins used, kept for the next ones (so `split` and
+    /// `join` make no driver objects in steady state). Destroyed with the context.
+    pub(crate) pool: std::sync::Mutex<Pool>,
 }
+
+/// Idle driver objects for reuse (see [`PrimaryContext::pool`]).
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    pub(crate) streams: Vec<sys::CUstream>,
+    pub(crate) events: Vec<sys::CUevent>,
+}
+
+/// At most this many idle streams and events each are kept per context.
+pub(crate) const POOL_MAX: usize = 64;
 
 #[derive(Debug)]
 struct SetupStream(sys::CUstream);
@@ -40,6 +53,7 @@ impl PrimaryContext {
             ordinal,
             raw,
             setup: OnceLock::new(),
+            pool: std::sync::Mutex::new(Pool::default()),
         }))
     }
 
@@ -83,6 +97,17 @@ impl PrimaryContext {
 
 impl Drop for PrimaryContext {
     fn drop(&mut self) {
+        let pool = std::mem::take(self.pool.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if (!pool.streams.is_empty() || !pool.events.is_empty()) && self.bind().is_ok() {
+            for s in pool.streams {
+                // SAFETY: an idle pooled stream, owned by the pool alone, destroyed once, here.
+                unsafe { drv_drop!(cuStreamDestroy_v2(s)) };
+            }
+            for e in pool.events {
+                // SAFETY: an idle pooled event, owned by the pool alone, destroyed once, here.
+                unsafe { drv_drop!(cuEventDestroy_v2(e)) };
+            }
+        }
         if let Some(SetupStream(s)) = self.setup.take() {
             // SAFETY: created in `setup_stream`, destroyed once, here, while the context is
             // still retained.

@@ -17,6 +17,8 @@ pub(crate) struct EventHandle {
     /// The capture the event was last recorded into, if it was recorded on a capturing stream: a
     /// stream that waits on it joins that capture.
     pub(crate) recorded_in: Mutex<Option<super::stream::CaptureLink>>,
+    /// Returned to the context's pool instead of destroyed (forks' and joins' events).
+    pooled: bool,
 }
 
 // SAFETY: CUevent handles may be used from any thread.
@@ -26,21 +28,54 @@ unsafe impl Sync for EventHandle {}
 
 impl EventHandle {
     pub(crate) fn new(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
+        let raw = Self::create_raw(ctx)?;
+        Ok(Arc::new(EventHandle {
+            ctx: ctx.clone(),
+            raw,
+            recorded_in: Mutex::new(None),
+            pooled: false,
+        }))
+    }
+
+    fn create_raw(ctx: &Arc<PrimaryContext>) -> Result<sys::CUevent> {
         ctx.bind()?;
         let mut raw = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         // SAFETY: the context is current; `raw` is a valid out pointer.
         unsafe { drv!(cuEventCreate(&mut raw, flags)) }?;
+        Ok(raw)
+    }
+
+    /// An event from the context's pool (made if the pool is empty), returned to it on drop.
+    pub(crate) fn pooled(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
+        let idle = ctx
+            .pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .events
+            .pop();
+        let raw = match idle {
+            Some(raw) => raw,
+            None => Self::create_raw(ctx)?,
+        };
         Ok(Arc::new(EventHandle {
             ctx: ctx.clone(),
             raw,
             recorded_in: Mutex::new(None),
+            pooled: true,
         }))
     }
 }
 
 impl Drop for EventHandle {
     fn drop(&mut self) {
+        if self.pooled {
+            let mut pool = self.ctx.pool.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.events.len() < super::context::POOL_MAX {
+                pool.events.push(self.raw);
+                return;
+            }
+        }
         // SAFETY: created in `new`, destroyed exactly once, here.
         release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
             drv_drop!(cuEventDestroy_v2(raw))

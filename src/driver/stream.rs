@@ -70,6 +70,8 @@ pub(crate) struct StreamHandle {
     /// while a capture begins or ends on it, so "which capture, if any" and "record the work with
     /// its operands" are one step.
     capture: Mutex<Option<CaptureLink>>,
+    /// Returned to the context's pool instead of destroyed (forks' streams).
+    pooled: bool,
 }
 
 // SAFETY: CUstream handles may be used from any thread; the driver synchronises access.
@@ -79,15 +81,41 @@ unsafe impl Sync for StreamHandle {}
 
 impl StreamHandle {
     pub(crate) fn new(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
+        let raw = Self::create_raw(ctx)?;
+        Ok(Arc::new(StreamHandle {
+            ctx: ctx.clone(),
+            raw,
+            capture: Mutex::new(None),
+            pooled: false,
+        }))
+    }
+
+    fn create_raw(ctx: &Arc<PrimaryContext>) -> Result<sys::CUstream> {
         ctx.bind()?;
         let mut raw = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: the context is current; `raw` is a valid out pointer.
         unsafe { drv!(cuStreamCreate(&mut raw, flags)) }?;
+        Ok(raw)
+    }
+
+    /// A stream from the context's pool (made if the pool is empty), returned to it on drop.
+    pub(crate) fn pooled(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
+        let idle = ctx
+            .pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .streams
+            .pop();
+        let raw = match idle {
+            Some(raw) => raw,
+            None => Self::create_raw(ctx)?,
+        };
         Ok(Arc::new(StreamHandle {
             ctx: ctx.clone(),
             raw,
             capture: Mutex::new(None),
+            pooled: true,
         }))
     }
 
@@ -141,6 +169,14 @@ impl StreamHandle {
 
 impl Drop for StreamHandle {
     fn drop(&mut self) {
+        // Idle again, unless a capture it took part in left it capturing (a failed end).
+        if self.pooled && matches!(self.raw_capture_status(), Ok(CaptureStatus::None)) {
+            let mut pool = self.ctx.pool.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.streams.len() < super::context::POOL_MAX {
+                pool.streams.push(self.raw);
+                return;
+            }
+        }
         // SAFETY: created in `new`, destroyed exactly once, here; the driver lets pending work
         // finish first.
         release::destroy_in(&self.ctx, self.raw, |raw| unsafe {

@@ -112,6 +112,20 @@ impl Device {
         })
     }
 
+    /// A stream from the context's pool, returned to it when dropped (forks, bodies).
+    pub(crate) fn pooled_stream(&self) -> Result<Stream> {
+        Ok(Stream {
+            handle: StreamHandle::pooled(&self.ctx)?,
+        })
+    }
+
+    /// An event from the context's pool, returned to it when dropped (forks, joins).
+    pub(crate) fn pooled_event(&self) -> Result<Event> {
+        Ok(Event {
+            handle: EventHandle::pooled(&self.ctx)?,
+        })
+    }
+
     /// Creates an event (timing disabled).
     pub fn create_event(&self) -> Result<Event> {
         Ok(Event {
