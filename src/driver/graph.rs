@@ -97,9 +97,11 @@ pub(crate) struct TreeState {
     chunks: Vec<KeepChunk>,
     /// Addresses of everything this tree holds, so each is held once.
     kept: IdSet<usize>,
-    /// The address kept last: a capture that launches the same kernel again and again skips
-    /// the hash.
-    last_kept: usize,
+    /// The addresses kept last (a small ring): a capture that launches the same kernel on the
+    /// same buffers again and again skips the hash.
+    recent: [usize; 4],
+    /// The next slot of `recent` to overwrite.
+    recent_next: usize,
     /// Held until a capture ends (capture id → values): events recorded and streams joined into
     /// it, which the driver refers to while the capture records.
     pub(crate) until_end: IdMap<u64, Vec<Arc<dyn Any + Send + Sync>>>,
@@ -136,10 +138,11 @@ impl TreeState {
 
     /// Whether `addr` is not held yet (and records it).
     fn first_time(&mut self, addr: usize) -> bool {
-        if addr == self.last_kept {
+        if self.recent.contains(&addr) {
             return false;
         }
-        self.last_kept = addr;
+        self.recent[self.recent_next] = addr;
+        self.recent_next = (self.recent_next + 1) % self.recent.len();
         self.kept.insert(addr)
     }
 
