@@ -327,3 +327,52 @@ pub(crate) fn lock_two<'a>(
         (a.lock(), Some(gb))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_keep_set_holds_each_value_once() {
+        let mut tree = TreeState::default();
+        let values: Vec<Arc<u32>> = (0..6).map(Arc::new).collect();
+        // Interleaved and repeated, past the size of the recent-address ring.
+        for round in 0..3 {
+            for v in values.iter().chain(values.iter().rev()) {
+                tree.keep(v);
+            }
+            assert_eq!(
+                tree.snapshot().iter().map(|c| c.len()).sum::<usize>(),
+                6,
+                "{round}"
+            );
+        }
+        for v in &values {
+            assert_eq!(Arc::strong_count(v), 2, "held once by the tree");
+        }
+        let dynamic: Arc<dyn Any + Send + Sync> = values[0].clone();
+        tree.keep_dyn(&dynamic);
+        assert_eq!(tree.snapshot().iter().map(|c| c.len()).sum::<usize>(), 6);
+    }
+
+    #[test]
+    fn a_snapshot_shares_what_the_tree_held_then() {
+        let mut tree = TreeState::default();
+        let a = Arc::new(1u8);
+        tree.keep(&a);
+        let first = tree.snapshot();
+        let b = Arc::new(2u8);
+        tree.keep(&b);
+        let second = tree.snapshot();
+        assert_eq!(first.iter().map(|c| c.len()).sum::<usize>(), 1);
+        assert_eq!(second.iter().map(|c| c.len()).sum::<usize>(), 2);
+        drop(tree);
+        drop(second);
+        assert_eq!(
+            Arc::strong_count(&a),
+            2,
+            "the first snapshot still holds `a`"
+        );
+        assert_eq!(Arc::strong_count(&b), 1);
+    }
+}
