@@ -68,16 +68,20 @@ impl DriverError {
 }
 
 /// Lists the bindings' `CUresult` variants as `KNOWN_RESULTS`. The list is checked to be complete:
-/// a variant the bindings have and the list lacks fails the exhaustive match below.
+/// a variant the bindings have and the list lacks fails the exhaustive match below. After the
+/// variants of every version come groups `; #[cfg(..)] A, B` that only some versions have, each
+/// cfg "this version and newer" (`not(any(<the older versions>))`), as in `driver::compat`.
 macro_rules! known_results {
-    ($($v:ident),* $(,)?) => {
+    ($($v:ident),+ $(; #[$m:meta] $($w:ident),+)* $(;)?) => {
         /// Every `CUresult` the bindings know.
-        const KNOWN_RESULTS: &[sys::CUresult] = &[$(sys::CUresult::$v),*];
+        const KNOWN_RESULTS: &[sys::CUresult] =
+            &[$(sys::CUresult::$v,)+ $($(#[$m] sys::CUresult::$w,)+)*];
 
-        // Fails to compile if the bindings (another `cuda-*` feature of cudarc) gain a variant
-        // the list lacks.
+        // Fails to compile if the bindings (another `cuda-*` feature) gain a variant the list
+        // lacks.
         const _: fn(sys::CUresult) = |r| match r {
-            $(sys::CUresult::$v)|* => {}
+            $(sys::CUresult::$v)|+ => {}
+            $($(#[$m] sys::CUresult::$w => {})+)*
         };
     };
 }
@@ -121,7 +125,6 @@ known_results!(
     CUDA_ERROR_JIT_COMPILATION_DISABLED,
     CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY,
     CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC,
-    CUDA_ERROR_CONTAINED,
     CUDA_ERROR_INVALID_SOURCE,
     CUDA_ERROR_FILE_NOT_FOUND,
     CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,
@@ -151,7 +154,6 @@ known_results!(
     CUDA_ERROR_INVALID_PC,
     CUDA_ERROR_LAUNCH_FAILED,
     CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
-    CUDA_ERROR_TENSOR_MEMORY_LEAK,
     CUDA_ERROR_NOT_PERMITTED,
     CUDA_ERROR_NOT_SUPPORTED,
     CUDA_ERROR_SYSTEM_NOT_READY,
@@ -178,11 +180,72 @@ known_results!(
     CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
     CUDA_ERROR_EXTERNAL_DEVICE,
     CUDA_ERROR_INVALID_CLUSTER_SIZE,
+    CUDA_ERROR_UNKNOWN;
+    // 12.4+
+    #[cfg(not(feature = "cuda-12030"))]
     CUDA_ERROR_FUNCTION_NOT_LOADED,
     CUDA_ERROR_INVALID_RESOURCE_TYPE,
-    CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
-    CUDA_ERROR_KEY_ROTATION,
-    CUDA_ERROR_UNKNOWN,
+    CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+    // 12.8+
+    #[cfg(not(any(
+        feature = "cuda-12030",
+        feature = "cuda-12040",
+        feature = "cuda-12050",
+        feature = "cuda-12060"
+    )))]
+    CUDA_ERROR_CONTAINED,
+    CUDA_ERROR_TENSOR_MEMORY_LEAK,
+    CUDA_ERROR_KEY_ROTATION;
+    // 13.0+
+    #[cfg(not(any(
+        feature = "cuda-12030",
+        feature = "cuda-12040",
+        feature = "cuda-12050",
+        feature = "cuda-12060",
+        feature = "cuda-12080",
+        feature = "cuda-12090"
+    )))]
+    CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER;
+    // 13.1+
+    #[cfg(not(any(
+        feature = "cuda-12030",
+        feature = "cuda-12040",
+        feature = "cuda-12050",
+        feature = "cuda-12060",
+        feature = "cuda-12080",
+        feature = "cuda-12090",
+        feature = "cuda-13000"
+    )))]
+    CUDA_ERROR_STREAM_DETACHED;
+    // 13.3+
+    #[cfg(not(any(
+        feature = "cuda-12030",
+        feature = "cuda-12040",
+        feature = "cuda-12050",
+        feature = "cuda-12060",
+        feature = "cuda-12080",
+        feature = "cuda-12090",
+        feature = "cuda-13000",
+        feature = "cuda-13010",
+        feature = "cuda-13020"
+    )))]
+    CUDA_ERROR_GRAPH_RECAPTURE_FAILURE;
+    // 13.4+
+    #[cfg(not(any(
+        feature = "cuda-12030",
+        feature = "cuda-12040",
+        feature = "cuda-12050",
+        feature = "cuda-12060",
+        feature = "cuda-12080",
+        feature = "cuda-12090",
+        feature = "cuda-13000",
+        feature = "cuda-13010",
+        feature = "cuda-13020",
+        feature = "cuda-13030"
+    )))]
+    CUDA_ERROR_FABRIC_NOT_READY,
+    CUDA_ERROR_INSUFFICIENT_LOADER_VERSION,
+    CUDA_ERROR_MULTICAST_RESOURCE_FULL;
 );
 
 /// The bindings' `CUresult` whose value is `code`, if there is one. Never transmutes: an unknown
@@ -467,8 +530,9 @@ mod tests {
         let e = Error::Driver(d);
         assert_eq!(e.code(), Some(0xDEAD_BEEF));
         assert_eq!(e.driver_error().and_then(DriverError::result), None);
-        // Codes next to known ones, and past the last one, are unknown too.
-        for code in [9, 33, 35, 227, 917, 998, 1000, u32::MAX] {
+        // Codes next to known ones, and past the last one, are unknown too (in the bindings of
+        // every `cuda-*` feature: 13.4 added 227, 13.1 917 and later 918, 919).
+        for code in [9, 33, 35, 228, 920, 998, 1000, u32::MAX] {
             assert_eq!(known_result(code), None, "{code}");
         }
     }

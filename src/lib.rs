@@ -22,6 +22,12 @@
 //!
 //! Everything a user needs is in the [`prelude`].
 //!
+//! ## Features
+//! The driver bindings are cudarc's, and its features pick their CUDA version and how libcuda is
+//! found; this crate forwards them under the same names: one of `cuda-12030` … `cuda-13040` and
+//! one of `dynamic-loading` or `dynamic-linking` (default: `cuda-12080`, `dynamic-loading`). A
+//! crate that depends on cudarc too turns the defaults off and names the same two for both.
+//!
 //! ## Example
 //! ```no_run
 //! use cuda_graph::prelude::*;

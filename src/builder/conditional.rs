@@ -11,7 +11,7 @@ use super::state::State;
 use super::state::{IsCapturing, NotStarted};
 use super::GraphBuilder;
 use crate::driver::graph::{GraphHandle, TreeState};
-use crate::driver::{self, drv, DriverVersion};
+use crate::driver::{self, compat, drv, DriverVersion};
 use crate::error::{Error, Result};
 use crate::runtime::{KernelArg, KernelArgs};
 
@@ -81,11 +81,11 @@ pub(crate) enum CondKind {
 }
 
 impl CondKind {
+    /// The node type; SWITCH is set by [`compat::set_switch`] (not every binding version has it).
     fn ty(self) -> sys::CUgraphConditionalNodeType {
         use sys::CUgraphConditionalNodeType::*;
         match self {
-            CondKind::If | CondKind::IfElse => CU_GRAPH_COND_TYPE_IF,
-            CondKind::Switch(_) => CU_GRAPH_COND_TYPE_SWITCH,
+            CondKind::If | CondKind::IfElse | CondKind::Switch(_) => CU_GRAPH_COND_TYPE_IF,
             CondKind::While => CU_GRAPH_COND_TYPE_WHILE,
         }
     }
@@ -150,6 +150,9 @@ pub(crate) fn node_params(
         phGraph_out: std::ptr::null_mut(),
         ctx: graph.ctx.raw,
     };
+    if let CondKind::Switch(_) = kind {
+        compat::set_switch(&mut params);
+    }
     Ok(params)
 }
 

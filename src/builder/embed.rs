@@ -6,6 +6,7 @@ use super::kind::{Kind, StandsAlone};
 use super::state::State;
 use super::state::{IsCapturing, IsEnded};
 use super::GraphBuilder;
+use crate::driver::compat;
 use crate::error::{Error, Result};
 use crate::graph::source::FinishedGraph;
 
@@ -38,7 +39,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         // SAFETY: zeroed node parameters are valid plain C data; the fields used are set below.
         let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
         params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH;
-        params.__bindgen_anon_1.graph = sys::CUDA_CHILD_GRAPH_NODE_PARAMS { graph: child.raw };
+        params.__bindgen_anon_1.graph = compat::child_graph_params(child.raw);
         // The driver copies the child: its tree stays locked meanwhile (both trees, in order).
         self.core.stream.enqueue_with(Some(&keep), |rec| {
             let child_tree = match rec.other.as_deref() {

@@ -8,6 +8,7 @@ use super::node::{self, GraphNode};
 use super::GraphDefinition;
 use crate::builder::callback;
 use crate::builder::ChildGraph;
+use crate::driver::compat;
 use crate::driver::context::PrimaryContext;
 use crate::driver::drv;
 use crate::driver::graph::lock_two;
@@ -644,10 +645,7 @@ impl GraphDefinition {
         let mut params: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
         params.poolProps.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
         params.poolProps.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
-        params.poolProps.location = sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: ctx.device,
-        };
+        params.poolProps.location = compat::device_location(ctx.device);
         params.bytesize = bytes;
         let node = self.add_node_with(
             deps,

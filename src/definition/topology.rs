@@ -4,19 +4,9 @@ use cudarc::driver::sys;
 
 use super::node::{self, GraphNode, NodeType};
 use super::GraphDefinition;
+use crate::driver::compat::edges;
 use crate::driver::drv;
 use crate::error::{Error, Result};
-
-/// Calls the `_v2` (edge-data) form of a topology entry point with no edge data where the driver
-/// has it (12.3+), else the original form: `edges!(cuX_v2 / cuX (args..; count))`.
-macro_rules! edges {
-    ($v2:ident / $v1:ident ( $($a:expr),* ; $n:expr )) => {
-        match drv!($v2($($a,)* std::ptr::null_mut(), $n)) {
-            Err(Error::MissingEntryPoint { .. }) => drv!($v1($($a,)* $n)),
-            r => r,
-        }
-    };
-}
 
 /// A list the driver fills: asks for the count, then the entries (the tree is locked, so the
 /// count does not change in between).

@@ -3,7 +3,9 @@
 //! Everything here is crate-private except [`DriverVersion`] and [`driver_version`]. cudarc's sys
 //! layer panics when libcuda or a symbol is missing, so every call goes through [`drv!`], which
 //! first checks (once per call site) that the driver is loaded and the entry point exists, and
-//! turns a failing `CUresult` into [`crate::Error`].
+//! turns a failing `CUresult` into [`crate::Error`]. With the `dynamic-linking` feature libcuda is
+//! linked at build time instead: the driver is then always loaded and every entry point exists.
+//! The differences between the CUDA versions of the bindings are shimmed in [`compat`].
 
 use std::ffi::CStr;
 use std::fmt;
@@ -13,6 +15,7 @@ use cudarc::driver::sys;
 
 use crate::error::{DriverError, Error, Result};
 
+pub(crate) mod compat;
 pub(crate) mod context;
 pub(crate) mod event;
 pub(crate) mod graph;
@@ -49,17 +52,55 @@ impl fmt::Display for DriverVersion {
     }
 }
 
+// The features forwarded to cudarc (see `Cargo.toml`). When cudarc itself gets neither, its build
+// script stops first with its own list of features; these errors are for the case where another
+// dependency chose cudarc's features and this crate's were left out.
+#[cfg(not(any(
+    feature = "cuda-12030",
+    feature = "cuda-12040",
+    feature = "cuda-12050",
+    feature = "cuda-12060",
+    feature = "cuda-12080",
+    feature = "cuda-12090",
+    feature = "cuda-13000",
+    feature = "cuda-13010",
+    feature = "cuda-13020",
+    feature = "cuda-13030",
+    feature = "cuda-13040"
+)))]
+compile_error!(
+    "cuda-graph: no CUDA version chosen for the driver bindings. Enable exactly one of the \
+     features cuda-12030, cuda-12040, cuda-12050, cuda-12060, cuda-12080 (the default), \
+     cuda-12090, cuda-13000, cuda-13010, cuda-13020, cuda-13030, cuda-13040: the same one as \
+     for cudarc if you depend on it too."
+);
+#[cfg(not(any(feature = "dynamic-loading", feature = "dynamic-linking")))]
+compile_error!(
+    "cuda-graph: no way to find libcuda chosen. Enable the feature `dynamic-loading` (open it \
+     at run time, the default) or `dynamic-linking` (link it at build time): the same one as \
+     for cudarc if you depend on it too."
+);
+
 static DRIVER: OnceLock<Result<DriverVersion>> = OnceLock::new();
 
 /// Whether libcuda exports `name`. Only call after [`loaded`] succeeded.
+#[cfg(feature = "dynamic-loading")]
 fn has_symbol(name: &str) -> bool {
     // SAFETY: `culib()` is only reached after `is_culib_present()` returned true (see `init`), so it
     // loads the library instead of panicking; looking a symbol up has no side effects.
     unsafe { sys::culib().get::<*const ()>(name.as_bytes()).is_ok() }
 }
 
+/// Linked at build time (`dynamic-linking`): the program would not have started without libcuda
+/// and every entry point the bindings declare.
+#[cfg(not(feature = "dynamic-loading"))]
+fn has_symbol(_name: &str) -> bool {
+    true
+}
+
 fn init() -> Result<DriverVersion> {
     // SAFETY: `is_culib_present` only tries to open the library and drops it.
+    #[cfg(feature = "dynamic-loading")]
     if !unsafe { sys::is_culib_present() } {
         return Err(Error::DriverNotFound);
     }

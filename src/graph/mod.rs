@@ -8,7 +8,7 @@ use cudarc::driver::sys;
 
 use crate::builder::{GraphBuilder, IsEnded, StandsAlone};
 use crate::driver::graph::{ExecHandle, GraphHandle, KeepChunk};
-use crate::driver::{self, drv, DriverVersion};
+use crate::driver::{self, compat, drv, DriverVersion};
 use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
 use crate::runtime::Stream;
 
@@ -218,25 +218,25 @@ static_assertions::const_assert_eq!(
 /// The failure a `CUgraphInstantiateResult` value stands for; `None` for success.
 fn instantiate_failure(v: u32) -> Option<InstantiateFailure> {
     use sys::CUgraphInstantiateResult::*;
-    const TABLE: [(sys::CUgraphInstantiateResult, InstantiateFailure); 5] = [
+    const TABLE: [(u32, InstantiateFailure); 5] = [
         (
-            CUDA_GRAPH_INSTANTIATE_ERROR,
+            CUDA_GRAPH_INSTANTIATE_ERROR as u32,
             InstantiateFailure::InvalidStructure,
         ),
         (
-            CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE,
+            CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE as u32,
             InstantiateFailure::InvalidGraphStructure,
         ),
         (
-            CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED,
+            CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED as u32,
             InstantiateFailure::NodeOperationNotSupported,
         ),
         (
-            CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED,
+            CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED as u32,
             InstantiateFailure::MultipleContextsNotSupported,
         ),
         (
-            CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED,
+            compat::INSTANTIATE_CONDITIONAL_HANDLE_UNUSED,
             InstantiateFailure::ConditionalHandleUnused,
         ),
     ];
@@ -246,7 +246,7 @@ fn instantiate_failure(v: u32) -> Option<InstantiateFailure> {
     Some(
         TABLE
             .iter()
-            .find(|(r, _)| *r as u32 == v)
+            .find(|(r, _)| *r == v)
             .map_or(InstantiateFailure::Other(v), |(_, f)| *f),
     )
 }
@@ -544,7 +544,7 @@ mod tests {
             Some(InstantiateFailure::InvalidStructure)
         );
         assert_eq!(
-            instantiate_failure(CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED as u32),
+            instantiate_failure(compat::INSTANTIATE_CONDITIONAL_HANDLE_UNUSED),
             Some(InstantiateFailure::ConditionalHandleUnused)
         );
         assert_eq!(

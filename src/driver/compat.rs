@@ -1,0 +1,152 @@
+//! The differences between the CUDA versions of cudarc's bindings, one small shim each.
+//!
+//! cudarc generates one set of driver bindings per `cuda-*` feature; this crate forwards those
+//! features under the same names (see `Cargo.toml`). The rest of the crate uses the names below and
+//! compiles against every version from 12.3 on. Each shim is selected by the version features:
+//! "12.8 and newer" is written `not(any(<the older versions>))` and "before 12.8"
+//! `any(<the older versions>)`, so a version added later takes the newest shims unchanged.
+//! The entry points it calls keep their real exported names, as `drv!` looks them up by name.
+
+use cudarc::driver::sys;
+
+/// Calls the `_v2` (edge-data) form of a topology entry point with no edge data:
+/// `edges!(cuX_v2 / cuX (args..; count))`.
+///
+/// 12.x bindings: where the driver lacks the `_v2` form (before 12.3), the original form is called
+/// instead. The 13.x bindings no longer declare the original forms (`cuGraphGetEdges`,
+/// `cuGraphNodeGetDependencies`, `cuGraphNodeGetDependentNodes`, `cuGraphAddDependencies`,
+/// `cuGraphRemoveDependencies`), so there a driver without `_v2` is `Error::MissingEntryPoint`.
+#[cfg(any(
+    feature = "cuda-12030",
+    feature = "cuda-12040",
+    feature = "cuda-12050",
+    feature = "cuda-12060",
+    feature = "cuda-12080",
+    feature = "cuda-12090"
+))]
+macro_rules! edges {
+    ($v2:ident / $v1:ident ( $($a:expr),* ; $n:expr )) => {
+        match $crate::driver::drv!($v2($($a,)* std::ptr::null_mut(), $n)) {
+            Err($crate::Error::MissingEntryPoint { .. }) => $crate::driver::drv!($v1($($a,)* $n)),
+            r => r,
+        }
+    };
+}
+#[cfg(not(any(
+    feature = "cuda-12030",
+    feature = "cuda-12040",
+    feature = "cuda-12050",
+    feature = "cuda-12060",
+    feature = "cuda-12080",
+    feature = "cuda-12090"
+)))]
+macro_rules! edges {
+    ($v2:ident / $v1:ident ( $($a:expr),* ; $n:expr )) => {
+        $crate::driver::drv!($v2($($a,)* std::ptr::null_mut(), $n))
+    };
+}
+pub(crate) use edges;
+
+/// The parameters of a child-graph node that runs a copy of `graph`.
+///
+/// 12.9+ bindings have an `ownership` field: `CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE` (0), which is
+/// what older drivers always do and what the zeroed field means to them.
+pub(crate) fn child_graph_params(graph: sys::CUgraph) -> sys::CUDA_CHILD_GRAPH_NODE_PARAMS {
+    sys::CUDA_CHILD_GRAPH_NODE_PARAMS {
+        graph,
+        #[cfg(not(any(
+            feature = "cuda-12030",
+            feature = "cuda-12040",
+            feature = "cuda-12050",
+            feature = "cuda-12060",
+            feature = "cuda-12080"
+        )))]
+        ownership: sys::CUgraphChildGraphNodeOwnership::CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE,
+    }
+}
+
+/// The memory location "device `ordinal`".
+///
+/// 13.2+ bindings put `id` in an anonymous union (beside `localized` in 13.4); same layout.
+pub(crate) fn device_location(ordinal: i32) -> sys::CUmemLocation {
+    let type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    #[cfg(any(
+        feature = "cuda-12030",
+        feature = "cuda-12040",
+        feature = "cuda-12050",
+        feature = "cuda-12060",
+        feature = "cuda-12080",
+        feature = "cuda-12090",
+        feature = "cuda-13000",
+        feature = "cuda-13010"
+    ))]
+    let location = sys::CUmemLocation { type_, id: ordinal };
+    #[cfg(not(any(
+        feature = "cuda-12030",
+        feature = "cuda-12040",
+        feature = "cuda-12050",
+        feature = "cuda-12060",
+        feature = "cuda-12080",
+        feature = "cuda-12090",
+        feature = "cuda-13000",
+        feature = "cuda-13010"
+    )))]
+    let location = sys::CUmemLocation {
+        type_,
+        __bindgen_anon_1: sys::CUmemLocation_st__bindgen_ty_1 { id: ordinal },
+    };
+    location
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED` (CUDA 12.8 headers) as the integer the driver
+/// writes; the 12.3–12.6 bindings' `CUgraphInstantiateResult` lacks it.
+#[cfg(not(any(
+    feature = "cuda-12030",
+    feature = "cuda-12040",
+    feature = "cuda-12050",
+    feature = "cuda-12060"
+)))]
+pub(crate) const INSTANTIATE_CONDITIONAL_HANDLE_UNUSED: u32 =
+    sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED as u32;
+#[cfg(any(
+    feature = "cuda-12030",
+    feature = "cuda-12040",
+    feature = "cuda-12050",
+    feature = "cuda-12060"
+))]
+pub(crate) const INSTANTIATE_CONDITIONAL_HANDLE_UNUSED: u32 = 5;
+
+/// Makes `params`, the parameters of a conditional node, those of a SWITCH node
+/// (`CU_GRAPH_COND_TYPE_SWITCH`, CUDA 12.8; the driver itself is checked by the caller).
+///
+/// The 12.3–12.6 bindings' `CUgraphConditionalNodeType` lacks SWITCH, so there its value (2 in the
+/// 12.8 headers) is stored as the `u32` the C field is. `params` is a union, which has no validity
+/// invariant, and nothing reads `type_` back as the Rust enum, so the value is never a Rust enum.
+#[cfg(not(any(
+    feature = "cuda-12030",
+    feature = "cuda-12040",
+    feature = "cuda-12050",
+    feature = "cuda-12060"
+)))]
+pub(crate) fn set_switch(params: &mut sys::CUgraphNodeParams) {
+    // `params` holds a conditional block (the caller built it); storing a field reads nothing.
+    params.__bindgen_anon_1.conditional.type_ =
+        sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH;
+}
+#[cfg(any(
+    feature = "cuda-12030",
+    feature = "cuda-12040",
+    feature = "cuda-12050",
+    feature = "cuda-12060"
+))]
+pub(crate) fn set_switch(params: &mut sys::CUgraphNodeParams) {
+    static_assertions::assert_eq_size!(u32, sys::CUgraphConditionalNodeType);
+    const CU_GRAPH_COND_TYPE_SWITCH: u32 = 2;
+    // SAFETY: `addr_of_mut!` makes a pointer to the field without reading the union; the field is
+    // a 4-byte C enum (asserted), in bounds and aligned for a `u32`.
+    unsafe {
+        std::ptr::addr_of_mut!(params.__bindgen_anon_1.conditional.type_)
+            .cast::<u32>()
+            .write(CU_GRAPH_COND_TYPE_SWITCH);
+    }
+}
