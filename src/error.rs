@@ -4,7 +4,7 @@ use std::fmt;
 
 use cudarc::driver::sys;
 
-use crate::driver::DriverVersion;
+use crate::version::DriverVersion;
 
 /// `Result<T, cuda_graph::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -55,22 +55,25 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod builder;
+mod core;
 mod definition;
 pub(crate) mod driver;
 mod error;
 mod graph;
 mod runtime;
+mod version;
 
 pub use builder::{
     CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Ended, Forked, Global,
     GraphBuilder, HostCallback, NotStarted, Primary, Relaxed, ThreadLocal, MAX_SWITCH_BODIES,
 };
+pub use core::source::FinishedGraph;
 pub use definition::{
     GraphAllocation, GraphDefinition, GraphNode, Memset2d, MemsetValue, NodeType,
 };
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
-pub use graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions, UpdateSource};
+pub use graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions};
 pub use runtime::{
     Device, DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig, Module,
     ReleaseObserver, Stream,

@@ -6,26 +6,24 @@ use super::kind::{Kind, StandsAlone};
 use super::state::State;
 use super::state::{IsCapturing, IsEnded};
 use super::GraphBuilder;
+use crate::core::source::{sealed::Source, FinishedGraph};
 use crate::driver::compat;
+use crate::driver::graph::GraphHandle;
 use crate::error::{Error, Result};
-use crate::graph::source::FinishedGraph;
 
-/// A finished graph that can be embedded as a child-graph node: an ended primary builder or a
-/// `GraphDefinition`.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be embedded as a child graph",
-    label = "a child graph must be finished",
-    note = "embed an ended primary builder (call `end_building()` on it first) or a `GraphDefinition`"
-)]
-pub trait ChildGraph: FinishedGraph {}
+impl<K: StandsAlone, S: IsEnded> Source for GraphBuilder<K, S> {
+    fn finished_graph(&self) -> Result<&std::sync::Arc<GraphHandle>> {
+        self.ended_graph()
+    }
+}
 
-impl<K: StandsAlone, S: IsEnded> ChildGraph for GraphBuilder<K, S> {}
+impl<K: StandsAlone, S: IsEnded> FinishedGraph for GraphBuilder<K, S> {}
 
 /// While capturing: child graphs.
 impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Adds a child-graph node that runs a copy of `child`, after everything recorded so far;
     /// later work runs after it. The child's resources stay alive with this graph.
-    pub fn embed(&self, child: &impl ChildGraph) -> Result<()>
+    pub fn embed(&self, child: &impl FinishedGraph) -> Result<()>
     where
         S: IsCapturing,
     {

@@ -8,9 +8,9 @@ use crate::driver::graph::GraphHandle;
 use crate::error::Result;
 use crate::runtime::{Device, Stream};
 
-pub(crate) mod callback;
+mod callback;
 mod capture;
-pub(crate) mod conditional;
+mod conditional;
 pub(crate) mod core;
 mod definition;
 mod embed;
@@ -18,9 +18,8 @@ mod fork;
 pub mod kind;
 pub mod state;
 
-pub use callback::HostCallback;
-pub use conditional::{ConditionalHandle, MAX_SWITCH_BODIES};
-pub use embed::ChildGraph;
+pub use crate::core::callback::HostCallback;
+pub use crate::core::conditional::{ConditionalHandle, MAX_SWITCH_BODIES};
 pub use fork::{AtLeastTwo, Forks};
 pub use kind::{
     ConditionalBody, Forked, HasGraphDefinition, Kind, OwnsCapture, Primary, StandsAlone,

@@ -2,7 +2,7 @@
 
 use super::node::{self, GraphNode};
 use super::GraphDefinition;
-use crate::builder::conditional::{body_graphs, node_params, register_bodies, CondKind};
+use crate::core::conditional::{body_graphs, node_params, register_bodies, CondKind};
 use crate::driver::drv;
 use crate::error::{Error, Result};
 use crate::ConditionalHandle;

@@ -7,12 +7,11 @@ use std::sync::{Arc, MutexGuard};
 
 use cudarc::driver::sys;
 
-use crate::builder::ChildGraph;
+use crate::core::source::{sealed::Source, FinishedGraph};
 use crate::driver::drv;
 use crate::driver::graph::{GraphHandle, TreeState};
 use crate::error::{Error, Result};
-use crate::graph::source::FinishedGraph;
-use crate::graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions, UpdateSource};
+use crate::graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions};
 use crate::runtime::{Device, ReleaseObserver};
 use crate::ConditionalHandle;
 
@@ -273,7 +272,7 @@ impl GraphDefinition {
     /// ```
     pub fn create_conditional_handle(&self, default: Option<u32>) -> Result<ConditionalHandle> {
         let _locked = self.lock()?;
-        crate::builder::conditional::create_handle(&self.graph, default)
+        crate::core::conditional::create_handle(&self.graph, default)
     }
 }
 
@@ -295,14 +294,13 @@ fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
     Ok(())
 }
 
-impl FinishedGraph for GraphDefinition {
+impl Source for GraphDefinition {
     fn finished_graph(&self) -> Result<&Arc<GraphHandle>> {
         self.standalone("instantiated, embedded or used as an update source")
     }
 }
 
-impl UpdateSource for GraphDefinition {}
-impl ChildGraph for GraphDefinition {}
+impl FinishedGraph for GraphDefinition {}
 
 /// Raw node type of `node` (the tree locked).
 pub(crate) fn raw_node_type(node: sys::CUgraphNode) -> Result<u32> {

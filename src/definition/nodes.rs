@@ -6,8 +6,8 @@ use cudarc::driver::sys;
 
 use super::node::{self, GraphNode};
 use super::GraphDefinition;
-use crate::builder::callback;
-use crate::builder::ChildGraph;
+use crate::core::callback;
+use crate::core::source::FinishedGraph;
 use crate::driver::compat;
 use crate::driver::context::PrimaryContext;
 use crate::driver::drv;
@@ -585,7 +585,7 @@ impl GraphDefinition {
     pub fn add_child_graph(
         &self,
         deps: &[&GraphNode],
-        child: &impl ChildGraph,
+        child: &impl FinishedGraph,
     ) -> Result<GraphNode> {
         let child = child.finished_graph()?;
         let graph = self.handle();

@@ -8,7 +8,6 @@
 //! The differences between the CUDA versions of the bindings are shimmed in [`compat`].
 
 use std::ffi::CStr;
-use std::fmt;
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
@@ -24,33 +23,7 @@ pub(crate) mod module;
 pub(crate) mod release;
 pub(crate) mod stream;
 
-/// A CUDA driver version as `cuDriverGetVersion` reports it (`1000 * major + 10 * minor`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct DriverVersion(pub i32);
-
-impl DriverVersion {
-    /// CUDA 12.0: `cuGraphInstantiateWithParams`, `cuGraphExecUpdate_v2`.
-    pub const V12_0: DriverVersion = DriverVersion(12000);
-    /// CUDA 12.3: conditional handles, IF and WHILE nodes, `cuStreamBeginCaptureToGraph`.
-    pub const V12_3: DriverVersion = DriverVersion(12030);
-    /// CUDA 12.8: IF with ELSE, SWITCH nodes.
-    pub const V12_8: DriverVersion = DriverVersion(12080);
-
-    /// The major version (`12` for 12.8).
-    pub fn major(self) -> i32 {
-        self.0 / 1000
-    }
-    /// The minor version (`8` for 12.8).
-    pub fn minor(self) -> i32 {
-        (self.0 % 1000) / 10
-    }
-}
-
-impl fmt::Display for DriverVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major(), self.minor())
-    }
-}
+pub use crate::version::DriverVersion;
 
 // The features forwarded to cudarc (see `Cargo.toml`). When cudarc itself gets neither, its build
 // script stops first with its own list of features; these errors are for the case where another

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
-use crate::builder::{GraphBuilder, IsEnded, StandsAlone};
+use crate::core::source::FinishedGraph;
 use crate::driver::graph::{ExecHandle, GraphHandle, KeepChunk};
 use crate::driver::{self, compat, drv, DriverVersion};
 use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
@@ -59,32 +59,6 @@ impl GraphCompleteOptions {
         .fold(0u64, |acc, (_, f)| acc | f.0 as u64)
     }
 }
-
-pub(crate) mod source {
-    use super::*;
-
-    /// A finished graph of this crate's (sealed: only this crate implements it).
-    pub trait FinishedGraph {
-        /// The graph.
-        fn finished_graph(&self) -> Result<&Arc<GraphHandle>>;
-    }
-
-    impl<K: StandsAlone, S: IsEnded> FinishedGraph for GraphBuilder<K, S> {
-        fn finished_graph(&self) -> Result<&Arc<GraphHandle>> {
-            self.ended_graph()
-        }
-    }
-}
-
-/// What an exec can be updated from: an ended primary builder, or a graph definition.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be the source of a graph update",
-    label = "an update source must be a finished graph",
-    note = "update from an ended primary builder (call `end_building()` first) or a `GraphDefinition`"
-)]
-pub trait UpdateSource: source::FinishedGraph {}
-
-impl<K: StandsAlone, S: IsEnded> UpdateSource for GraphBuilder<K, S> {}
 
 /// An executable graph (`CUgraphExec`): launch it as often as you like.
 ///
@@ -409,7 +383,7 @@ impl Graph {
     /// On failure the error names the reason (e.g. [`UpdateFailure::TopologyChanged`]) and the
     /// exec is unchanged: it keeps working as before, with its own operands. On success the exec
     /// keeps `source`'s operands alive.
-    pub fn update(&mut self, source: &impl UpdateSource) -> Result<()> {
+    pub fn update(&mut self, source: &impl FinishedGraph) -> Result<()> {
         let graph = source.finished_graph()?;
         let mut state = lock(&self.state);
         self.exec.ctx.bind()?;

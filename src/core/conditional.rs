@@ -1,0 +1,185 @@
+//! Conditional nodes, for builders and definitions alike: handles, node parameters, bodies.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use crate::driver::graph::{GraphHandle, TreeState};
+use crate::driver::{self, compat, drv, DriverVersion};
+use crate::error::{Error, Result};
+use crate::runtime::{KernelArg, KernelArgs};
+
+/// A conditional handle (`CUgraphConditionalHandle`): the value a conditional node tests, set from
+/// device code with `cudaGraphSetConditional` or reset to its default at each launch.
+///
+/// It is `Copy` and passes to kernels as a 64-bit argument. It belongs to the graph whose builder
+/// created it; using it with another graph is an [`Error::ForeignConditionalHandle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConditionalHandle {
+    pub(crate) raw: sys::CUgraphConditionalHandle,
+    pub(crate) graph_id: u64,
+}
+
+impl ConditionalHandle {
+    /// The raw 64-bit handle value.
+    pub fn raw(&self) -> u64 {
+        self.raw
+    }
+}
+
+impl KernelArg for ConditionalHandle {
+    fn push_to(&self, args: &mut KernelArgs) {
+        args.push_value(self.raw);
+    }
+}
+
+/// Creates a conditional handle in `graph` (`cuGraphConditionalHandleCreate`), for builders and
+/// definitions alike. The caller holds the graph's tree lock.
+pub(crate) fn create_handle(
+    graph: &GraphHandle,
+    default: Option<u32>,
+) -> Result<ConditionalHandle> {
+    driver::require("conditional handles", DriverVersion::V12_3)?;
+    let ctx = &graph.ctx;
+    ctx.bind()?;
+    let mut raw = 0;
+    let flags = if default.is_some() {
+        sys::CU_GRAPH_COND_ASSIGN_DEFAULT
+    } else {
+        0
+    };
+    // SAFETY: the graph and context are live, the graph's tree is locked (by the caller); `raw` is
+    // a valid out pointer.
+    unsafe {
+        drv!(cuGraphConditionalHandleCreate(
+            &mut raw,
+            graph.raw,
+            ctx.raw,
+            default.unwrap_or(0),
+            flags
+        ))
+    }?;
+    Ok(ConditionalHandle {
+        raw,
+        graph_id: graph.id,
+    })
+}
+
+/// The four conditional node kinds, shared by builders and definitions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CondKind {
+    If,
+    IfElse,
+    Switch(u32),
+    While,
+}
+
+impl CondKind {
+    /// The node type; SWITCH is set by [`compat::set_switch`] (not every binding version has it).
+    fn ty(self) -> sys::CUgraphConditionalNodeType {
+        use sys::CUgraphConditionalNodeType::*;
+        match self {
+            CondKind::If | CondKind::IfElse | CondKind::Switch(_) => CU_GRAPH_COND_TYPE_IF,
+            CondKind::While => CU_GRAPH_COND_TYPE_WHILE,
+        }
+    }
+
+    /// The number of bodies.
+    pub(crate) fn size(self) -> u32 {
+        match self {
+            CondKind::If | CondKind::While => 1,
+            CondKind::IfElse => 2,
+            CondKind::Switch(n) => n,
+        }
+    }
+
+    /// Fails with [`Error::Unsupported`] when the driver is too old for this kind.
+    pub(crate) fn require(self) -> Result<()> {
+        let (feature, needs) = match self {
+            CondKind::If => ("conditional IF nodes", DriverVersion::V12_3),
+            CondKind::While => ("conditional WHILE nodes", DriverVersion::V12_3),
+            CondKind::IfElse => (
+                "conditional IF nodes with an ELSE body",
+                DriverVersion::V12_8,
+            ),
+            CondKind::Switch(_) => ("conditional SWITCH nodes", DriverVersion::V12_8),
+        };
+        driver::require(feature, needs)
+    }
+}
+
+/// The most bodies a SWITCH node may have here. The driver makes every body graph at once
+/// (2^20 bodies take it 0.6 s on an H200), and each body is a builder or definition of its own:
+/// a larger count is almost certainly a mistake, refused before any driver work.
+pub const MAX_SWITCH_BODIES: u32 = 1 << 16;
+
+/// The parameters of a conditional node of `kind` in `graph`; checks that the handle belongs to
+/// `graph` and that there is at least one body.
+pub(crate) fn node_params(
+    graph: &GraphHandle,
+    handle: &ConditionalHandle,
+    kind: CondKind,
+) -> Result<sys::CUgraphNodeParams> {
+    let (ty, size) = (kind.ty(), kind.size());
+    if handle.graph_id != graph.id {
+        return Err(Error::ForeignConditionalHandle);
+    }
+    if size == 0 {
+        return Err(Error::InvalidArgument(
+            "a conditional node needs at least one body".into(),
+        ));
+    }
+    if size > MAX_SWITCH_BODIES {
+        return Err(Error::InvalidArgument(format!(
+            "a SWITCH node of {size} bodies: at most {MAX_SWITCH_BODIES} are supported"
+        )));
+    }
+    // SAFETY: zeroed node parameters are valid plain C data; the used fields are set below.
+    let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+    params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    params.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
+        handle: handle.raw,
+        type_: ty,
+        size,
+        phGraph_out: std::ptr::null_mut(),
+        ctx: graph.ctx.raw,
+    };
+    if let CondKind::Switch(_) = kind {
+        compat::set_switch(&mut params);
+    }
+    Ok(params)
+}
+
+/// The body graphs the driver made for a conditional node added with `params`.
+pub(crate) fn body_graphs(params: &sys::CUgraphNodeParams, size: u32) -> Result<Vec<sys::CUgraph>> {
+    // SAFETY: after a successful add the driver set `phGraph_out` to an array of `size` body
+    // graphs owned by the node, valid as long as the node lives; we copy it at once.
+    unsafe {
+        let out = params.__bindgen_anon_1.conditional.phGraph_out;
+        if out.is_null() {
+            return Err(Error::InvalidArgument(
+                "the driver returned no conditional body graphs".into(),
+            ));
+        }
+        Ok(std::slice::from_raw_parts(out, size as usize).to_vec())
+    }
+}
+
+/// Wraps the bodies of conditional node `node` of `graph` and records them in the tree, so that
+/// destroying the node (through a definition) marks them dead.
+pub(crate) fn register_bodies(
+    tree: &mut TreeState,
+    graph: &Arc<GraphHandle>,
+    node: sys::CUgraphNode,
+    raws: Vec<sys::CUgraph>,
+) -> Vec<Arc<GraphHandle>> {
+    let bodies: Vec<_> = raws
+        .into_iter()
+        .map(|raw| GraphHandle::body(graph, raw))
+        .collect();
+    tree.bodies.insert(
+        (graph.id, node as usize),
+        bodies.iter().map(|b| b.id).collect(),
+    );
+    bodies
+}

@@ -1,0 +1,31 @@
+//! The driver version type, below both the driver layer and the error type.
+
+use std::fmt;
+
+/// A CUDA driver version as `cuDriverGetVersion` reports it (`1000 * major + 10 * minor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DriverVersion(pub i32);
+
+impl DriverVersion {
+    /// CUDA 12.0: `cuGraphInstantiateWithParams`, `cuGraphExecUpdate_v2`.
+    pub const V12_0: DriverVersion = DriverVersion(12000);
+    /// CUDA 12.3: conditional handles, IF and WHILE nodes, `cuStreamBeginCaptureToGraph`.
+    pub const V12_3: DriverVersion = DriverVersion(12030);
+    /// CUDA 12.8: IF with ELSE, SWITCH nodes.
+    pub const V12_8: DriverVersion = DriverVersion(12080);
+
+    /// The major version (`12` for 12.8).
+    pub fn major(self) -> i32 {
+        self.0 / 1000
+    }
+    /// The minor version (`8` for 12.8).
+    pub fn minor(self) -> i32 {
+        (self.0 % 1000) / 10
+    }
+}
+
+impl fmt::Display for DriverVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major(), self.minor())
+    }
+}
