@@ -67,10 +67,10 @@ pub trait KernelArg {
 /// as its type requires while the driver reads it.
 #[derive(Default)]
 pub struct KernelArgs {
-    /// Each argument's bytes, with its type's alignment.
-    values: Vec<ArgValue>,
+    /// Each argument's bytes, with its type's alignment (inline for up to 8 arguments).
+    values: SmallVec<[ArgValue; 8]>,
     /// Resources the arguments refer to.
-    pub(crate) keep: Vec<Arc<dyn Any + Send + Sync>>,
+    pub(crate) keep: SmallVec<[Arc<dyn Any + Send + Sync>; 2]>,
 }
 
 impl std::fmt::Debug for KernelArgs {
