@@ -89,8 +89,8 @@ pub mod prelude {
         ThreadLocal,
     };
     pub use crate::{
-        GraphAllocation, GraphDefinition, GraphNode, Memset2d, MemsetValue, NodeType,
-        ReleaseObserver,
+        FinishedGraph, GraphAllocation, GraphDefinition, GraphNode, Memset2d, MemsetValue,
+        NodeType, ReleaseObserver,
     };
 }
 
