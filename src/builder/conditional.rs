@@ -118,7 +118,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     }
 
     /// Adds a SWITCH node with `n` bodies: body `i` runs when the value is `i`; a value `>= n` runs
-    /// none. Needs driver 12.8. `n == 0` and `n >` [`MAX_SWITCH_BODIES`] are an
+    /// none. Needs driver 12.8. `n == 0` and `n >` [`MAX_SWITCH_BODIES`](crate::MAX_SWITCH_BODIES) are an
     /// [`Error::InvalidArgument`], refused before any driver work.
     pub fn switch(
         &self,

@@ -62,9 +62,11 @@ impl GraphCompleteOptions {
 
 /// An executable graph (`CUgraphExec`): launch it as often as you like.
 ///
-/// Made by [`GraphBuilder::complete`]. It keeps everything its nodes use alive (through the user
-/// objects it inherited from its graph), so it runs after the builder and every buffer handle
-/// are dropped. Dropping it destroys the exec once; the driver waits for pending launches.
+/// Made by [`GraphBuilder::complete`](crate::GraphBuilder::complete) or
+/// [`GraphDefinition::instantiate`](crate::GraphDefinition::instantiate). It holds everything its
+/// nodes use (a snapshot of its graph's keep set), so it runs after the builder and every buffer
+/// handle are dropped. Dropping it destroys the exec once (the driver waits for pending
+/// launches) and releases what it held after its last launch has finished.
 /// `Send + Sync`.
 pub struct Graph {
     exec: ExecHandle,
@@ -337,7 +339,7 @@ impl Graph {
     ///
     /// Launches of one `Graph` are serialised (CUDA does not synchronise an exec); they run on
     /// the GPU in launch order. Launching into a stream that is capturing is refused: embed the
-    /// graph into the capture instead ([`GraphBuilder::embed`]).
+    /// graph into the capture instead ([`GraphBuilder::embed`](crate::GraphBuilder::embed)).
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         let mut state = lock(&self.state);
         self.exec.ctx.bind()?;
