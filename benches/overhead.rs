@@ -455,10 +455,17 @@ fn ok(call: &str, r: sys::CUresult) -> Result<(), String> {
 }
 
 /// Whether libcuda exports `name`. Only called after `Device::new` succeeded (the library loads).
+#[cfg(feature = "dynamic-loading")]
 fn has_symbol(name: &str) -> bool {
     // SAFETY: the library is present (the crate opened a device through it), so `culib` loads it
     // instead of panicking; looking a symbol up has no side effects.
     unsafe { sys::culib().get::<*const ()>(name.as_bytes()).is_ok() }
+}
+
+/// Linked at build time (`dynamic-linking`): every entry point the bindings declare exists.
+#[cfg(not(feature = "dynamic-loading"))]
+fn has_symbol(_name: &str) -> bool {
+    true
 }
 
 fn require_symbols(names: &[&str]) -> Result<(), String> {
