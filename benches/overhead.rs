@@ -446,36 +446,9 @@ impl Lib {
 // ---------------------------------------------------------------------------------------------
 // The raw side (the patterns of examples/soak.rs).
 
-fn ok(call: &str, r: sys::CUresult) -> Result<(), String> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("raw: {call} failed: {r:?}"))
-    }
-}
-
-/// Whether libcuda exports `name`. Only called after `Device::new` succeeded (the library loads).
-#[cfg(feature = "dynamic-loading")]
-fn has_symbol(name: &str) -> bool {
-    // SAFETY: the library is present (the crate opened a device through it), so `culib` loads it
-    // instead of panicking; looking a symbol up has no side effects.
-    unsafe { sys::culib().get::<*const ()>(name.as_bytes()).is_ok() }
-}
-
-/// Linked at build time (`dynamic-linking`): every entry point the bindings declare exists.
-#[cfg(not(feature = "dynamic-loading"))]
-fn has_symbol(_name: &str) -> bool {
-    true
-}
-
-fn require_symbols(names: &[&str]) -> Result<(), String> {
-    let missing: Vec<&str> = names.iter().copied().filter(|n| !has_symbol(n)).collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("raw: the driver lacks {}", missing.join(", ")))
-    }
-}
+#[path = "support/raw.rs"]
+mod raw;
+use raw::{has_symbol, ok, require_symbols};
 
 /// Every entry point the raw side calls, checked before the first call (cudarc panics on a
 /// missing symbol), except the capture one, checked on its own (see `capture_unavailable`).

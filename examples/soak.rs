@@ -493,36 +493,9 @@ fn quiet_soak_panics() {
 // ---------------------------------------------------------------------------------------------
 // The raw side.
 
-fn ok(call: &str, r: sys::CUresult) -> Result<(), String> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("raw: {call} failed: {r:?}"))
-    }
-}
-
-/// Whether libcuda exports `name`. Only called after `Device::new` succeeded (the library loads).
-#[cfg(feature = "dynamic-loading")]
-fn has_symbol(name: &str) -> bool {
-    // SAFETY: the library is present (the crate opened a device through it), so `culib` loads it
-    // instead of panicking; looking a symbol up has no side effects.
-    unsafe { sys::culib().get::<*const ()>(name.as_bytes()).is_ok() }
-}
-
-/// Linked at build time (`dynamic-linking`): every entry point the bindings declare exists.
-#[cfg(not(feature = "dynamic-loading"))]
-fn has_symbol(_name: &str) -> bool {
-    true
-}
-
-fn require_symbols(names: &[&str]) -> Result<(), String> {
-    let missing: Vec<&str> = names.iter().copied().filter(|n| !has_symbol(n)).collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("raw: the driver lacks {}", missing.join(", ")))
-    }
-}
+#[path = "../benches/support/raw.rs"]
+mod raw;
+use raw::{ok, require_symbols};
 
 /// The driver entry points every raw cycle and the setup use.
 const RAW_COMMON_SYMBOLS: &[&str] = &[
