@@ -78,6 +78,9 @@ pub struct Graph {
 /// exec object, so its launches, uploads and updates are serialised here.
 #[derive(Default)]
 struct ExecState {
+    /// The graph it was instantiated from (its root): held until the last launch has finished,
+    /// since what the graph owns (conditional handles, bodies) may be used by the exec.
+    source: Option<Arc<GraphHandle>>,
     /// What the nodes of the graph it was instantiated from used.
     keep: Vec<KeepChunk>,
     /// The source of the latest update: the exec may use its operands.
@@ -328,6 +331,7 @@ impl Graph {
                 raw: exec,
             },
             state: Mutex::new(ExecState {
+                source: Some(graph.root()),
                 keep,
                 unfreed,
                 ..ExecState::default()
@@ -450,10 +454,8 @@ impl Drop for Graph {
             state.current.take(),
             std::mem::take(&mut state.waiting),
             std::mem::take(&mut state.keep),
+            state.source.take(),
         );
-        if unfreed.is_empty() && held.0.is_none() && held.1.is_empty() && held.2.is_empty() {
-            return;
-        }
         let ctx = self.exec.ctx.clone();
         let freed_any = !unfreed.is_empty();
         let release = move || {
