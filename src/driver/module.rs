@@ -14,6 +14,9 @@ use crate::error::Result;
 pub(crate) struct ModuleHandle {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) raw: sys::CUmodule,
+    /// For a kernel the caller owns (`Function::from_raw`): what keeps its module loaded. The
+    /// module is then never unloaded here (`raw` is null).
+    owner: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: CUmodule handles may be used from any thread.
@@ -33,12 +36,29 @@ impl ModuleHandle {
         Ok(Arc::new(ModuleHandle {
             ctx: ctx.clone(),
             raw,
+            owner: None,
         }))
+    }
+
+    /// Stands for a module the caller keeps loaded through `owner` (dropped with this handle).
+    pub(crate) fn borrowed(
+        ctx: &Arc<PrimaryContext>,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<Self> {
+        Arc::new(ModuleHandle {
+            ctx: ctx.clone(),
+            raw: std::ptr::null_mut(),
+            owner: Some(owner),
+        })
     }
 }
 
 impl Drop for ModuleHandle {
     fn drop(&mut self) {
+        if self.owner.is_some() {
+            // The caller's module: its owner (dropped after this) keeps or unloads it.
+            return;
+        }
         // SAFETY: loaded in `load`, unloaded exactly once, here.
         release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
             drv_drop!(cuModuleUnload(raw))

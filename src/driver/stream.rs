@@ -70,8 +70,19 @@ pub(crate) struct StreamHandle {
     /// while a capture begins or ends on it, so "which capture, if any" and "record the work with
     /// its operands" are one step.
     capture: Mutex<Option<CaptureLink>>,
-    /// Returned to the context's pool instead of destroyed (forks' streams).
-    pooled: bool,
+    /// Who destroys the stream.
+    origin: Origin,
+}
+
+/// Where a stream handle's raw stream came from, and so what its `Drop` does.
+#[derive(Debug)]
+enum Origin {
+    /// Made here: destroyed on drop.
+    Owned,
+    /// From the context's pool (forks' streams): returned to it on drop.
+    Pooled,
+    /// The caller's (`Stream::from_raw`): never destroyed here; the owner value is dropped.
+    Borrowed(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>),
 }
 
 // SAFETY: CUstream handles may be used from any thread; the driver synchronises access.
@@ -86,7 +97,7 @@ impl StreamHandle {
             ctx: ctx.clone(),
             raw,
             capture: Mutex::new(None),
-            pooled: false,
+            origin: Origin::Owned,
         }))
     }
 
@@ -115,8 +126,26 @@ impl StreamHandle {
             ctx: ctx.clone(),
             raw,
             capture: Mutex::new(None),
-            pooled: true,
+            origin: Origin::Pooled,
         }))
+    }
+
+    /// Wraps a stream the caller owns; it is never destroyed here, and `owner` is dropped with
+    /// the handle.
+    ///
+    /// # Safety
+    /// `raw` is a live stream of `ctx`'s context and stays valid until `owner` is dropped.
+    pub(crate) unsafe fn borrowed(
+        ctx: &Arc<PrimaryContext>,
+        raw: sys::CUstream,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<Self> {
+        Arc::new(StreamHandle {
+            ctx: ctx.clone(),
+            raw,
+            capture: Mutex::new(None),
+            origin: Origin::Borrowed(owner),
+        })
     }
 
     /// Locks the stream's capture slot (see [`StreamHandle::capture`]).
@@ -170,7 +199,12 @@ impl StreamHandle {
 impl Drop for StreamHandle {
     fn drop(&mut self) {
         // Idle again, unless a capture it took part in left it capturing (a failed end).
-        if self.pooled && matches!(self.raw_capture_status(), Ok(CaptureStatus::None)) {
+        if matches!(self.origin, Origin::Borrowed(_)) {
+            return;
+        }
+        if matches!(self.origin, Origin::Pooled)
+            && matches!(self.raw_capture_status(), Ok(CaptureStatus::None))
+        {
             let mut pool = self.ctx.pool.lock().unwrap_or_else(|p| p.into_inner());
             if pool.streams.len() < super::context::POOL_MAX {
                 pool.streams.push(self.raw);

@@ -85,6 +85,47 @@ impl Module {
 }
 
 impl Function {
+    /// Wraps a kernel this crate did not load — a raw `CUfunction`, or cudarc's `CudaFunction`
+    /// — so it can be launched on streams, into captures and into definitions. `owner` (for
+    /// example what keeps its module loaded) is held by this `Function`, its clones and every
+    /// graph and exec that launches it, and dropped after the last of them.
+    ///
+    /// # Safety
+    /// `raw` is a kernel of a module loaded in `device`'s primary context, and stays valid until
+    /// `owner` is dropped. (Launching it stays `unsafe`: the arguments are the caller's promise.)
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device, raw: cudarc::driver::sys::CUfunction, module_owner: std::sync::Arc<()>) {
+    /// // SAFETY: `raw` is a kernel of a module `module_owner` keeps loaded in device 0's context.
+    /// let k = unsafe { Function::from_raw(device, raw, "my_kernel", module_owner) };
+    /// # }
+    /// ```
+    pub unsafe fn from_raw(
+        device: &crate::Device,
+        raw: cudarc::driver::sys::CUfunction,
+        name: &str,
+        owner: impl std::any::Any + Send + Sync,
+    ) -> Function {
+        Function {
+            module: ModuleHandle::borrowed(&device.ctx, Box::new(owner)),
+            raw,
+            name: name.into(),
+        }
+    }
+
+    /// The raw `CUfunction`, for passing to other CUDA code; valid while this `Function` lives.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(k: &Function) {
+    /// let raw: cudarc::driver::sys::CUfunction = k.as_raw();
+    /// # }
+    /// ```
+    pub fn as_raw(&self) -> cudarc::driver::sys::CUfunction {
+        self.raw
+    }
+
     /// An observer that tells when the function's module is unloaded (after every `Module` and
     /// `Function` handle of it and every graph and exec launching it are dropped).
     ///

@@ -85,6 +85,42 @@ impl Stream {
         self.handle.raw
     }
 
+    /// Wraps a stream this crate did not create — a raw `CUstream`, or cudarc's, or a library's —
+    /// so graphs can be captured on it and work issued on it. The crate never destroys it;
+    /// `owner` (for example the `Arc` that owns the stream) is held by this `Stream`, its clones
+    /// and every capture it takes part in, and dropped after the last of them.
+    ///
+    /// What is kept alive: work issued through this crate (launches, memsets, copies, captures)
+    /// keeps its operands alive exactly as on a stream of the crate's own. Work issued on
+    /// [`as_raw`](Self::as_raw) behind the crate's back is recorded into a running capture by
+    /// the driver as usual, but what it uses is the caller's to keep alive for as long as the
+    /// graph and its execs.
+    ///
+    /// # Safety
+    /// - `raw` is a live stream of `device`'s primary context (the context cudarc's
+    ///   `CudaContext::new(ordinal)` also uses), and stays valid until `owner` is dropped;
+    /// - no capture begun outside this crate is recording on it while this crate issues work on
+    ///   it (the crate could not keep that work's operands alive).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device, raw: cudarc::driver::sys::CUstream, keep: std::sync::Arc<()>) -> cuda_graph::Result<()> {
+    /// // SAFETY: `raw` is a stream of device 0's primary context; `keep` owns it.
+    /// let stream = unsafe { Stream::from_raw(device, raw, keep) };
+    /// let builder = stream.create_graph_builder().begin_building(Global)?;
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn from_raw(
+        device: &Device,
+        raw: sys::CUstream,
+        owner: impl Any + Send + Sync,
+    ) -> Stream {
+        Stream {
+            // SAFETY: forwarded from the caller.
+            handle: unsafe { StreamHandle::borrowed(&device.ctx, raw, Box::new(owner)) },
+        }
+    }
+
     /// The raw `CUstream`, for passing to other CUDA code. It stays valid while this `Stream`
     /// (or a clone) lives. Work issued on it behind this crate's back is not tracked: what it
     /// uses is the caller's to keep alive.

@@ -10,6 +10,7 @@ mod conditional;
 mod definition;
 mod fork;
 mod foundation;
+mod interop;
 mod safety;
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
@@ -43,6 +44,7 @@ fn main() {
         .chain(fork::TESTS)
         .chain(conditional::TESTS)
         .chain(definition::TESTS)
+        .chain(interop::TESTS)
         .chain(safety::TESTS)
     {
         tests.push(trial(name, *needs, *f));
