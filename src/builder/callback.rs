@@ -5,7 +5,7 @@ use super::state::IsCapturing;
 use super::state::State;
 use super::GraphBuilder;
 use crate::core::callback::{prepare, HostCallback, PreparedCallback};
-use crate::driver::drv;
+use crate::driver;
 use crate::error::{Error, Result};
 
 /// While capturing: host callbacks.
@@ -46,7 +46,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             rec.keep_dyn(&state);
             // SAFETY: `ptr` stays valid as long as the graph holds the state (above); the
             // trampoline never unwinds and never calls CUDA.
-            unsafe { drv!(cuLaunchHostFunc(stream.raw(), Some(func), ptr)) }
+            unsafe { driver::stream::launch_host_func(stream.raw(), Some(func), ptr) }
         })?;
         Ok(observer)
     }

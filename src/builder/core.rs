@@ -8,7 +8,7 @@ use crate::driver::graph::{next_id, GraphHandle, TreeState};
 use crate::driver::release::{CaptureActive, Restricts};
 use crate::driver::stream::CaptureLink;
 use crate::driver::stream::{status_out, CaptureStatus};
-use crate::driver::{self, drv, DriverVersion};
+use crate::driver::{self, DriverVersion};
 use crate::error::{Error, Result};
 use crate::runtime::{Event, Recording, Stream};
 
@@ -79,14 +79,14 @@ impl Core {
         }
         // SAFETY: stream and graph are live, the graph's tree is locked; no dependencies.
         unsafe {
-            drv!(cuStreamBeginCaptureToGraph(
+            driver::stream::begin_capture_to_graph(
                 self.stream.raw(),
                 graph.raw,
                 std::ptr::null(),
                 std::ptr::null(),
                 0,
-                mode
-            ))
+                mode,
+            )
         }?;
         tree.captures.insert(id, graph.id);
         *slot = Some(CaptureLink {
@@ -124,7 +124,7 @@ impl Core {
         let mut out = std::ptr::null_mut();
         // SAFETY: the stream is capturing into `graph` (typestate; `!Send` builders end on their
         // thread); the tree is locked.
-        let ended = unsafe { drv!(cuStreamEndCapture(self.stream.raw(), &mut out)) };
+        let ended = unsafe { driver::stream::end_capture(self.stream.raw(), &mut out) };
         tree.captures.remove(&id);
         // Events and joined streams held for the capture; dropped once the locks are released.
         let _held = tree.until_end.remove(&id);
@@ -196,15 +196,15 @@ impl Core {
         // SAFETY: the stream is live; all out pointers are valid. The status is written into a
         // `u32` (see `status_out`), never read as the bindings' enum.
         unsafe {
-            drv!(cuStreamGetCaptureInfo_v3(
+            driver::stream::capture_info(
                 self.stream.raw(),
                 status_out(&mut status),
                 std::ptr::null_mut(),
                 &mut graph,
                 &mut deps,
                 &mut edges,
-                &mut n
-            ))
+                &mut n,
+            )
         }?;
         if CaptureStatus::from_raw(status) != CaptureStatus::Active {
             self.status()?;
@@ -228,27 +228,27 @@ impl Core {
         // SAFETY: `graph` is the live capture graph, its tree locked (`rec`); `deps`/`edges`
         // hold `deps.len()` entries; `params` is a valid, fully initialised parameter block.
         unsafe {
-            drv!(cuGraphAddNode_v2(
+            driver::graph::add_node(
                 &mut node,
                 graph,
                 deps.as_ptr(),
                 edge_ptr,
                 deps.len(),
-                params
-            ))
+                params,
+            )
         }?;
         let mut set = [node];
         let flags =
             sys::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES as u32;
         // SAFETY: `set` holds one node of the capture graph.
         unsafe {
-            drv!(cuStreamUpdateCaptureDependencies_v2(
+            driver::stream::update_capture_dependencies(
                 self.stream.raw(),
                 set.as_mut_ptr(),
                 std::ptr::null(),
                 1,
-                flags
-            ))
+                flags,
+            )
         }?;
         Ok(node)
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use crate::driver::graph::{GraphHandle, TreeState};
-use crate::driver::{self, compat, drv, DriverVersion};
+use crate::driver::{self, compat, DriverVersion};
 use crate::error::{Error, Result};
 use crate::runtime::{KernelArg, KernelArgs};
 
@@ -42,22 +42,14 @@ pub(crate) fn create_handle(
     driver::require("conditional handles", DriverVersion::V12_3)?;
     let ctx = &graph.ctx;
     ctx.bind()?;
-    let mut raw = 0;
     let flags = if default.is_some() {
         sys::CU_GRAPH_COND_ASSIGN_DEFAULT
     } else {
         0
     };
-    // SAFETY: the graph and context are live, the graph's tree is locked (by the caller); `raw` is
-    // a valid out pointer.
-    unsafe {
-        drv!(cuGraphConditionalHandleCreate(
-            &mut raw,
-            graph.raw,
-            ctx.raw,
-            default.unwrap_or(0),
-            flags
-        ))
+    // SAFETY: the graph and context are live, the graph's tree is locked (by the caller).
+    let raw = unsafe {
+        driver::graph::conditional_handle_create(graph.raw, ctx.raw, default.unwrap_or(0), flags)
     }?;
     Ok(ConditionalHandle {
         raw,

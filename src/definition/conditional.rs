@@ -3,7 +3,7 @@
 use super::node::{self, GraphNode};
 use super::GraphDefinition;
 use crate::core::conditional::{body_graphs, node_params, register_bodies, CondKind};
-use crate::driver::drv;
+use crate::driver;
 use crate::error::{Error, Result};
 use crate::ConditionalHandle;
 
@@ -31,14 +31,14 @@ impl GraphDefinition {
         // SAFETY: the graph is live and its tree locked; `raw_deps` are checked nodes of it, with
         // default edges (no edge data); `params` is a fully initialised conditional block.
         unsafe {
-            drv!(cuGraphAddNode_v2(
+            driver::graph::add_node(
                 &mut out,
                 graph.raw,
                 deps_ptr,
                 std::ptr::null(),
                 raw_deps.len(),
-                &mut params
-            ))
+                &mut params,
+            )
         }?;
         let node = node::fresh(&mut locked.tree, graph.id, out);
         let raws = body_graphs(&params, size)?;

@@ -8,7 +8,7 @@ use std::sync::{Arc, MutexGuard};
 use cudarc::driver::sys;
 
 use crate::core::source::{sealed::Source, FinishedGraph};
-use crate::driver::drv;
+use crate::driver;
 use crate::driver::graph::{GraphHandle, TreeState};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions};
@@ -210,9 +210,8 @@ impl GraphDefinition {
         self.standalone("cloned")?;
         let locked = self.lock()?;
         locked.tree.check_complete()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the graph is live and its tree locked; `raw` is a valid out pointer.
-        unsafe { drv!(cuGraphClone(&mut raw, self.graph.raw)) }?;
+        // SAFETY: the graph is live and its tree locked.
+        let raw = unsafe { driver::graph::clone(self.graph.raw) }?;
         drop(locked);
         let clone = Arc::new(GraphHandle::owned(&self.graph.ctx, raw));
         // The clone's nodes use what the original's do: the clone holds the original (and so
@@ -304,17 +303,8 @@ impl FinishedGraph for GraphDefinition {}
 
 /// Raw node type of `node` (the tree locked).
 pub(crate) fn raw_node_type(node: sys::CUgraphNode) -> Result<u32> {
-    let mut v: u32 = u32::MAX;
-    // SAFETY: `node` is a live node (checked by the caller under the tree lock). The driver
-    // writes a 4-byte enum value; it is written into a `u32`, never read as the Rust enum, so an
-    // unknown value from a newer driver is not undefined behaviour.
-    unsafe {
-        drv!(cuGraphNodeGetType(
-            node,
-            (&mut v as *mut u32).cast::<sys::CUgraphNodeType>()
-        ))
-    }?;
-    Ok(v)
+    // SAFETY: `node` is a live node (checked by the caller under the tree lock).
+    unsafe { driver::graph::node_type(node) }
 }
 
 static_assertions::assert_impl_all!(GraphDefinition: Send, Sync, std::fmt::Debug);

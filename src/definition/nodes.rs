@@ -8,9 +8,9 @@ use super::node::{self, GraphNode};
 use super::GraphDefinition;
 use crate::core::callback;
 use crate::core::source::FinishedGraph;
+use crate::driver;
 use crate::driver::compat;
 use crate::driver::context::PrimaryContext;
-use crate::driver::drv;
 use crate::driver::graph::lock_two;
 use crate::driver::graph::TreeState;
 use crate::error::{Error, Result};
@@ -306,7 +306,7 @@ impl GraphDefinition {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` points at
             // argument storage that outlives the call (the driver copies it); the caller promises
             // the arguments match the kernel.
-            unsafe { drv!(cuGraphAddKernelNode_v2(out, g, d, n, &params)) }
+            unsafe { driver::graph::add_kernel_node(out, g, d, n, &params) }
         })
     }
 
@@ -376,7 +376,7 @@ impl GraphDefinition {
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the shape lies inside
                 // the buffer (checked), which the graph keeps alive.
-                unsafe { drv!(cuGraphAddMemsetNode(out, g, d, n, &params, ctx)) }
+                unsafe { driver::graph::add_memset_node(out, g, d, n, &params, ctx) }
             },
         )
     }
@@ -442,7 +442,7 @@ impl GraphDefinition {
         self.add_node_with(deps, &[], keep, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; both buffers hold
             // `WidthInBytes` bytes and the graph keeps them alive.
-            unsafe { drv!(cuGraphAddMemcpyNode(out, g, d, n, &copy, ctx)) }
+            unsafe { driver::graph::add_memcpy_node(out, g, d, n, &copy, ctx) }
         })
     }
 
@@ -462,7 +462,7 @@ impl GraphDefinition {
             |_| {},
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it.
-                unsafe { drv!(cuGraphAddEmptyNode(out, g, d, n)) }
+                unsafe { driver::graph::add_empty_node(out, g, d, n) }
             },
         )
     }
@@ -498,7 +498,7 @@ impl GraphDefinition {
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the graph keeps the
                 // event alive.
-                unsafe { drv!(cuGraphAddEventRecordNode(out, g, d, n, raw)) }
+                unsafe { driver::graph::add_event_record_node(out, g, d, n, raw) }
             },
         )
     }
@@ -522,7 +522,7 @@ impl GraphDefinition {
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the graph keeps the
                 // event alive.
-                unsafe { drv!(cuGraphAddEventWaitNode(out, g, d, n, raw)) }
+                unsafe { driver::graph::add_event_wait_node(out, g, d, n, raw) }
             },
         )
     }
@@ -563,7 +563,7 @@ impl GraphDefinition {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `userData` stays valid
                 // while the graph holds the closure (moved in just before); the function never
                 // unwinds and never calls CUDA.
-                unsafe { drv!(cuGraphAddHostNode(out, g, d, n, &params)) }
+                unsafe { driver::graph::add_host_node(out, g, d, n, &params) }
             },
         )?;
         Ok((node, prepared.observer))
@@ -607,13 +607,13 @@ impl GraphDefinition {
         // SAFETY: both graphs are live and their trees locked; `raw_deps` are checked nodes of
         // `graph`; the driver copies `child`.
         unsafe {
-            drv!(cuGraphAddChildGraphNode(
+            driver::graph::add_child_graph_node(
                 &mut out,
                 graph.raw,
                 deps_ptr(&raw_deps),
                 raw_deps.len(),
-                child.raw
-            ))
+                child.raw,
+            )
         }?;
         Ok(node::fresh(&mut tree, graph.id, out))
     }
@@ -654,7 +654,7 @@ impl GraphDefinition {
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
                 // initialised and the driver writes `dptr`.
-                unsafe { drv!(cuGraphAddMemAllocNode(out, g, d, n, &mut params)) }
+                unsafe { driver::graph::add_mem_alloc_node(out, g, d, n, &mut params) }
             },
         )?;
         // Until a free node takes it, execs free it when they are dropped.
@@ -696,7 +696,7 @@ impl GraphDefinition {
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by
                 // a live allocation node of this graph (checked with the dependencies).
-                unsafe { drv!(cuGraphAddMemFreeNode(out, g, d, n, ptr)) }
+                unsafe { driver::graph::add_mem_free_node(out, g, d, n, ptr) }
             },
         )?;
         self.lock()?

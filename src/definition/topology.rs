@@ -4,8 +4,7 @@ use cudarc::driver::sys;
 
 use super::node::{self, GraphNode, NodeType};
 use super::GraphDefinition;
-use crate::driver::compat::edges;
-use crate::driver::drv;
+use crate::driver;
 use crate::error::{Error, Result};
 
 /// A list the driver fills: asks for the count, then the entries (the tree is locked, so the
@@ -39,7 +38,7 @@ impl GraphDefinition {
         let g = self.handle();
         let raws = list(|p, n| {
             // SAFETY: the graph is live and locked; `p` is null or has room for `*n` nodes.
-            unsafe { drv!(cuGraphGetNodes(g.raw, p, n)) }
+            unsafe { driver::graph::get_nodes(g.raw, p, n) }
         })?;
         Ok(raws
             .into_iter()
@@ -63,15 +62,13 @@ impl GraphDefinition {
         let mut n = 0usize;
         // SAFETY: the graph is live and locked; null arrays ask for the count.
         unsafe {
-            edges!(cuGraphGetEdges_v2 / cuGraphGetEdges(g.raw, std::ptr::null_mut(), std::ptr::null_mut(); &mut n))
+            driver::graph::get_edges(g.raw, std::ptr::null_mut(), std::ptr::null_mut(), &mut n)
         }?;
         let mut from = vec![std::ptr::null_mut(); n];
         let mut to = vec![std::ptr::null_mut(); n];
         if n > 0 {
             // SAFETY: both arrays have room for `n` nodes.
-            unsafe {
-                edges!(cuGraphGetEdges_v2 / cuGraphGetEdges(g.raw, from.as_mut_ptr(), to.as_mut_ptr(); &mut n))
-            }?;
+            unsafe { driver::graph::get_edges(g.raw, from.as_mut_ptr(), to.as_mut_ptr(), &mut n) }?;
         }
         from.truncate(n);
         to.truncate(n);
@@ -117,7 +114,7 @@ impl GraphDefinition {
         let raw = node::check(&locked.tree, g.id, node)?;
         let raws = list(|p, n| {
             // SAFETY: `raw` is a live node of the locked graph; `p` is null or has room for `*n`.
-            unsafe { edges!(cuGraphNodeGetDependencies_v2 / cuGraphNodeGetDependencies(raw, p; n)) }
+            unsafe { driver::graph::node_dependencies(raw, p, n) }
         })?;
         Ok(raws
             .into_iter()
@@ -139,9 +136,7 @@ impl GraphDefinition {
         let raw = node::check(&locked.tree, g.id, node)?;
         let raws = list(|p, n| {
             // SAFETY: `raw` is a live node of the locked graph; `p` is null or has room for `*n`.
-            unsafe {
-                edges!(cuGraphNodeGetDependentNodes_v2 / cuGraphNodeGetDependentNodes(raw, p; n))
-            }
+            unsafe { driver::graph::node_dependents(raw, p, n) }
         })?;
         Ok(raws
             .into_iter()
@@ -165,7 +160,7 @@ impl GraphDefinition {
         let g = self.handle();
         let (a, b) = node::check_edge(&locked.tree, g.id, from, to)?;
         // SAFETY: `a` and `b` are distinct live nodes of the locked graph; one edge, no data.
-        unsafe { edges!(cuGraphAddDependencies_v2 / cuGraphAddDependencies(g.raw, &a, &b; 1)) }
+        unsafe { driver::graph::add_dependencies(g.raw, &a, &b, 1) }
     }
 
     /// Removes the edge from `from` to `to` (`cuGraphRemoveDependencies`); the driver refuses an
@@ -182,9 +177,7 @@ impl GraphDefinition {
         let g = self.handle();
         let (a, b) = node::check_edge(&locked.tree, g.id, from, to)?;
         // SAFETY: `a` and `b` are distinct live nodes of the locked graph; one edge, no data.
-        unsafe {
-            edges!(cuGraphRemoveDependencies_v2 / cuGraphRemoveDependencies(g.raw, &a, &b; 1))
-        }
+        unsafe { driver::graph::remove_dependencies(g.raw, &a, &b, 1) }
     }
 
     /// Destroys `node` and its edges (`cuGraphDestroyNode`). Its token, and every copy of it, is
@@ -215,7 +208,7 @@ impl GraphDefinition {
         }
         // SAFETY: `raw` is a live node of the locked graph; its token is forgotten right after,
         // so it is never passed to the driver again.
-        unsafe { drv!(cuGraphDestroyNode(raw)) }?;
+        unsafe { driver::graph::destroy_node(raw) }?;
         node::forget(&mut locked.tree, g.id, &node);
         Ok(())
     }

@@ -95,6 +95,15 @@ impl PrimaryContext {
     }
 }
 
+/// Blocks until all work of the current context is done (`cuCtxSynchronize`).
+///
+/// # Safety
+/// A context is current on the calling thread.
+pub(crate) unsafe fn synchronize() -> Result<()> {
+    // SAFETY: the context is current (the caller's promise).
+    unsafe { drv!(cuCtxSynchronize()) }
+}
+
 impl Drop for PrimaryContext {
     fn drop(&mut self) {
         let pool = std::mem::take(self.pool.get_mut().unwrap_or_else(|p| p.into_inner()));

@@ -67,6 +67,19 @@ impl EventHandle {
     }
 }
 
+/// Blocks until the work recorded before `event` has completed (`cuEventSynchronize`).
+pub(crate) fn synchronize(event: &EventHandle) -> Result<()> {
+    // SAFETY: the event is live (the handle owns it).
+    unsafe { drv!(cuEventSynchronize(event.raw)) }
+}
+
+/// Whether the work recorded before `event` has completed (`cuEventQuery`): `Ok` if so, the
+/// driver's `CUDA_ERROR_NOT_READY` if not.
+pub(crate) fn query(event: &EventHandle) -> Result<()> {
+    // SAFETY: the event is live (the handle owns it).
+    unsafe { drv!(cuEventQuery(event.raw)) }
+}
+
 impl Drop for EventHandle {
     fn drop(&mut self) {
         if self.pooled {

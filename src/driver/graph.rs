@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys;
 
+use super::compat::edges;
 use super::context::PrimaryContext;
 use super::release;
 use super::{drv, drv_drop};
@@ -326,6 +327,410 @@ pub(crate) fn lock_two<'a>(
         let gb = b.lock();
         (a.lock(), Some(gb))
     }
+}
+
+// Thin wrappers of the graph, node and exec entry points. The node-adding ones share one promise:
+// `graph` is live and its tree locked, and `deps` is null with `n == 0` or holds `n` live nodes
+// of `graph`; the new node is written into `out`.
+
+/// Adds a kernel node (`cuGraphAddKernelNode_v2`).
+///
+/// # Safety
+/// The node-adding promise (above); `params` points at argument storage that outlives the call
+/// (the driver copies it) and the arguments match the kernel, which stays in bounds of the
+/// memory it is given.
+pub(crate) unsafe fn add_kernel_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+    params: &sys::CUDA_KERNEL_NODE_PARAMS,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddKernelNode_v2(out, graph, deps, n, params)) }
+}
+
+/// Adds a memset node (`cuGraphAddMemsetNode`).
+///
+/// # Safety
+/// The node-adding promise (above); the memset lies inside memory the graph keeps alive; `ctx`
+/// is the graph's context.
+pub(crate) unsafe fn add_memset_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+    params: &sys::CUDA_MEMSET_NODE_PARAMS,
+    ctx: sys::CUcontext,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddMemsetNode(out, graph, deps, n, params, ctx)) }
+}
+
+/// Adds a memcpy node (`cuGraphAddMemcpyNode`).
+///
+/// # Safety
+/// The node-adding promise (above); the copy lies inside memory the graph keeps alive; `ctx` is
+/// the graph's context.
+pub(crate) unsafe fn add_memcpy_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+    copy: &sys::CUDA_MEMCPY3D,
+    ctx: sys::CUcontext,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddMemcpyNode(out, graph, deps, n, copy, ctx)) }
+}
+
+/// Adds an empty node (`cuGraphAddEmptyNode`).
+///
+/// # Safety
+/// The node-adding promise (above).
+pub(crate) unsafe fn add_empty_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+) -> Result<()> {
+    // SAFETY: the caller's promise above.
+    unsafe { drv!(cuGraphAddEmptyNode(out, graph, deps, n)) }
+}
+
+/// Adds an event record node (`cuGraphAddEventRecordNode`).
+///
+/// # Safety
+/// The node-adding promise (above); the graph keeps `event` alive.
+pub(crate) unsafe fn add_event_record_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+    event: sys::CUevent,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddEventRecordNode(out, graph, deps, n, event)) }
+}
+
+/// Adds an event wait node (`cuGraphAddEventWaitNode`).
+///
+/// # Safety
+/// The node-adding promise (above); the graph keeps `event` alive.
+pub(crate) unsafe fn add_event_wait_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+    event: sys::CUevent,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddEventWaitNode(out, graph, deps, n, event)) }
+}
+
+/// Adds a host node (`cuGraphAddHostNode`).
+///
+/// # Safety
+/// The node-adding promise (above); `params.userData` stays valid while the graph and its execs
+/// may run the node; the function never unwinds and never calls CUDA.
+pub(crate) unsafe fn add_host_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+    params: &sys::CUDA_HOST_NODE_PARAMS,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddHostNode(out, graph, deps, n, params)) }
+}
+
+/// Adds a child-graph node that runs a copy of `child` (`cuGraphAddChildGraphNode`).
+///
+/// # Safety
+/// The node-adding promise (above); `child` is live and its tree locked too.
+pub(crate) unsafe fn add_child_graph_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+    child: sys::CUgraph,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddChildGraphNode(out, graph, deps, n, child)) }
+}
+
+/// Adds a memory allocation node (`cuGraphAddMemAllocNode`); the driver writes the address into
+/// `params.dptr`.
+///
+/// # Safety
+/// The node-adding promise (above); `params` is fully initialised.
+pub(crate) unsafe fn add_mem_alloc_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+    params: &mut sys::CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddMemAllocNode(out, graph, deps, n, params)) }
+}
+
+/// Adds a memory free node (`cuGraphAddMemFreeNode`).
+///
+/// # Safety
+/// The node-adding promise (above); `ptr` was returned by a live allocation node of `graph`.
+pub(crate) unsafe fn add_mem_free_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    n: usize,
+    ptr: sys::CUdeviceptr,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddMemFreeNode(out, graph, deps, n, ptr)) }
+}
+
+/// Adds a node of any kind from a parameter block (`cuGraphAddNode_v2`), with edge data `edges`
+/// (null for default edges).
+///
+/// # Safety
+/// The node-adding promise (above; `deps` may be non-null with `n == 0`); `edges` is null or
+/// holds `n` entries; `params` is a valid, fully initialised parameter block.
+pub(crate) unsafe fn add_node(
+    out: &mut sys::CUgraphNode,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    edges: *const sys::CUgraphEdgeData,
+    n: usize,
+    params: &mut sys::CUgraphNodeParams,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphAddNode_v2(out, graph, deps, edges, n, params)) }
+}
+
+/// Lists the nodes of `graph` (`cuGraphGetNodes`): with `nodes` null, writes their count into
+/// `n`; else fills `nodes` with up to `*n` of them and writes how many it wrote.
+///
+/// # Safety
+/// `graph` is live and its tree locked; `n` is valid for reads and writes; `nodes` is null or
+/// has room for `*n` nodes.
+pub(crate) unsafe fn get_nodes(
+    graph: sys::CUgraph,
+    nodes: *mut sys::CUgraphNode,
+    n: *mut usize,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphGetNodes(graph, nodes, n)) }
+}
+
+/// Lists the edges of `graph` (`cuGraphGetEdges_v2`, without edge data; see
+/// [`super::compat::edges`]), as `cuGraphGetNodes` lists nodes.
+///
+/// # Safety
+/// `graph` is live and its tree locked; `n` is valid for reads and writes; `from` and `to` are
+/// both null (to ask for the count) or both have room for `*n` nodes.
+pub(crate) unsafe fn get_edges(
+    graph: sys::CUgraph,
+    from: *mut sys::CUgraphNode,
+    to: *mut sys::CUgraphNode,
+    n: *mut usize,
+) -> Result<()> {
+    // SAFETY: the caller's promises above; no edge data is asked for.
+    unsafe { edges!(cuGraphGetEdges_v2 / cuGraphGetEdges(graph, from, to; n)) }
+}
+
+/// Lists the nodes `node` runs after (`cuGraphNodeGetDependencies_v2`, without edge data), as
+/// `cuGraphGetNodes` lists nodes.
+///
+/// # Safety
+/// `node` is a live node of a graph whose tree is locked; `n` is valid for reads and writes;
+/// `deps` is null or has room for `*n` nodes.
+pub(crate) unsafe fn node_dependencies(
+    node: sys::CUgraphNode,
+    deps: *mut sys::CUgraphNode,
+    n: *mut usize,
+) -> Result<()> {
+    // SAFETY: the caller's promises above; no edge data is asked for.
+    unsafe { edges!(cuGraphNodeGetDependencies_v2 / cuGraphNodeGetDependencies(node, deps; n)) }
+}
+
+/// Lists the nodes that run after `node` (`cuGraphNodeGetDependentNodes_v2`, without edge data),
+/// as `cuGraphGetNodes` lists nodes.
+///
+/// # Safety
+/// `node` is a live node of a graph whose tree is locked; `n` is valid for reads and writes;
+/// `dependents` is null or has room for `*n` nodes.
+pub(crate) unsafe fn node_dependents(
+    node: sys::CUgraphNode,
+    dependents: *mut sys::CUgraphNode,
+    n: *mut usize,
+) -> Result<()> {
+    // SAFETY: the caller's promises above; no edge data is asked for.
+    unsafe {
+        edges!(cuGraphNodeGetDependentNodes_v2 / cuGraphNodeGetDependentNodes(node, dependents; n))
+    }
+}
+
+/// Adds `n` edges `from[i]` → `to[i]` to `graph` (`cuGraphAddDependencies_v2`, without edge
+/// data).
+///
+/// # Safety
+/// `graph` is live and its tree locked; `from` and `to` hold `n` live nodes of it each.
+pub(crate) unsafe fn add_dependencies(
+    graph: sys::CUgraph,
+    from: *const sys::CUgraphNode,
+    to: *const sys::CUgraphNode,
+    n: usize,
+) -> Result<()> {
+    // SAFETY: the caller's promises above; no edge data.
+    unsafe { edges!(cuGraphAddDependencies_v2 / cuGraphAddDependencies(graph, from, to; n)) }
+}
+
+/// Removes `n` edges `from[i]` → `to[i]` from `graph` (`cuGraphRemoveDependencies_v2`, without
+/// edge data).
+///
+/// # Safety
+/// `graph` is live and its tree locked; `from` and `to` hold `n` live nodes of it each.
+pub(crate) unsafe fn remove_dependencies(
+    graph: sys::CUgraph,
+    from: *const sys::CUgraphNode,
+    to: *const sys::CUgraphNode,
+    n: usize,
+) -> Result<()> {
+    // SAFETY: the caller's promises above; no edge data.
+    unsafe { edges!(cuGraphRemoveDependencies_v2 / cuGraphRemoveDependencies(graph, from, to; n)) }
+}
+
+/// Destroys `node` and its edges (`cuGraphDestroyNode`).
+///
+/// # Safety
+/// `node` is a live node of a graph whose tree is locked, never passed to the driver again.
+pub(crate) unsafe fn destroy_node(node: sys::CUgraphNode) -> Result<()> {
+    // SAFETY: the caller's promise above.
+    unsafe { drv!(cuGraphDestroyNode(node)) }
+}
+
+/// The raw type of `node` (`cuGraphNodeGetType`), as the integer the driver writes.
+///
+/// # Safety
+/// `node` is a live node of a graph whose tree is locked.
+pub(crate) unsafe fn node_type(node: sys::CUgraphNode) -> Result<u32> {
+    let mut v: u32 = u32::MAX;
+    // SAFETY: `node` is a live node (the caller's promise). The driver writes a 4-byte enum
+    // value; it is written into a `u32`, never read as the Rust enum, so an unknown value from a
+    // newer driver is not undefined behaviour.
+    unsafe {
+        drv!(cuGraphNodeGetType(
+            node,
+            (&mut v as *mut u32).cast::<sys::CUgraphNodeType>()
+        ))
+    }?;
+    Ok(v)
+}
+
+/// A copy of `graph` (`cuGraphClone`), owned by the caller.
+///
+/// # Safety
+/// `graph` is live and its tree locked.
+pub(crate) unsafe fn clone(graph: sys::CUgraph) -> Result<sys::CUgraph> {
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: the graph is live and its tree locked (the caller's promise); `raw` is a valid out
+    // pointer.
+    unsafe { drv!(cuGraphClone(&mut raw, graph)) }?;
+    Ok(raw)
+}
+
+/// Writes `graph` as DOT to `path` (`cuGraphDebugDotPrint`).
+///
+/// # Safety
+/// `graph` is live and its tree locked.
+pub(crate) unsafe fn debug_dot_print(
+    graph: sys::CUgraph,
+    path: &std::ffi::CStr,
+    flags: std::ffi::c_uint,
+) -> Result<()> {
+    // SAFETY: the caller's promise above; `path` is NUL-terminated.
+    unsafe { drv!(cuGraphDebugDotPrint(graph, path.as_ptr(), flags)) }
+}
+
+/// Creates a conditional handle in `graph` (`cuGraphConditionalHandleCreate`).
+///
+/// # Safety
+/// `graph` and `ctx` are live, `ctx` the graph's context, and the graph's tree is locked.
+pub(crate) unsafe fn conditional_handle_create(
+    graph: sys::CUgraph,
+    ctx: sys::CUcontext,
+    default_launch_value: std::ffi::c_uint,
+    flags: std::ffi::c_uint,
+) -> Result<sys::CUgraphConditionalHandle> {
+    let mut raw = 0;
+    // SAFETY: the caller's promises above; `raw` is a valid out pointer.
+    unsafe {
+        drv!(cuGraphConditionalHandleCreate(
+            &mut raw,
+            graph,
+            ctx,
+            default_launch_value,
+            flags
+        ))
+    }?;
+    Ok(raw)
+}
+
+/// Instantiates `graph` (`cuGraphInstantiateWithParams`). The driver writes the exec into `exec`
+/// (possibly also when it fails) and its result into `params`.
+///
+/// # Safety
+/// `graph` is live and its tree locked; `params` points at a fully initialised parameter block.
+pub(crate) unsafe fn instantiate_with_params(
+    exec: &mut sys::CUgraphExec,
+    graph: sys::CUgraph,
+    params: *mut sys::CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> Result<()> {
+    // SAFETY: the caller's promises above; `exec` is a valid out pointer.
+    unsafe { drv!(cuGraphInstantiateWithParams(exec, graph, params)) }
+}
+
+/// Updates `exec`'s node parameters from `graph` (`cuGraphExecUpdate_v2`); the driver writes
+/// the outcome into `info`.
+///
+/// # Safety
+/// `exec` and `graph` are live, the graph's tree locked, the exec not being launched or updated
+/// concurrently; `info` is valid for a write of a `CUgraphExecUpdateResultInfo`.
+pub(crate) unsafe fn exec_update(
+    exec: sys::CUgraphExec,
+    graph: sys::CUgraph,
+    info: *mut sys::CUgraphExecUpdateResultInfo,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphExecUpdate_v2(exec, graph, info)) }
+}
+
+/// Launches `exec` on `stream` (`cuGraphLaunch`).
+///
+/// # Safety
+/// `exec` and `stream` are live; the exec is not launched or updated concurrently.
+pub(crate) unsafe fn launch(exec: sys::CUgraphExec, stream: sys::CUstream) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphLaunch(exec, stream)) }
+}
+
+/// Uploads `exec`'s work to the device on `stream` (`cuGraphUpload`).
+///
+/// # Safety
+/// `exec` and `stream` are live; the exec is not launched or updated concurrently.
+pub(crate) unsafe fn upload(exec: sys::CUgraphExec, stream: sys::CUstream) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphUpload(exec, stream)) }
+}
+
+/// Destroys `exec` (`cuGraphExecDestroy`); the driver defers the free until its launches finish.
+///
+/// # Safety
+/// `exec` is live, owned by the caller, and never used again.
+pub(crate) unsafe fn exec_destroy(exec: sys::CUgraphExec) -> Result<()> {
+    // SAFETY: the caller's promise above.
+    unsafe { drv!(cuGraphExecDestroy(exec)) }
 }
 
 #[cfg(test)]

@@ -47,3 +47,42 @@ impl Drop for DeviceAlloc {
         });
     }
 }
+
+/// Copies `bytes` bytes from device memory at `src` to host memory at `dst`, synchronously
+/// (`cuMemcpyDtoH_v2`).
+///
+/// # Safety
+/// The context that owns `src` is current; `dst` is valid for writes of `bytes` bytes and `src`
+/// for reads of as many.
+pub(crate) unsafe fn memcpy_dtoh(
+    dst: *mut std::ffi::c_void,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuMemcpyDtoH_v2(dst, src, bytes)) }
+}
+
+/// Copies `bytes` bytes from host memory at `src` to device memory at `dst` (`cuMemcpyHtoD_v2`);
+/// `src` is read before the call returns.
+///
+/// # Safety
+/// The context that owns `dst` is current; `src` is valid for reads of `bytes` bytes and `dst`
+/// for writes of as many.
+pub(crate) unsafe fn memcpy_htod(
+    dst: sys::CUdeviceptr,
+    src: *const std::ffi::c_void,
+    bytes: usize,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuMemcpyHtoD_v2(dst, src, bytes)) }
+}
+
+/// Frees device memory (`cuMemFree_v2`); freeing an address not allocated now is an error.
+///
+/// # Safety
+/// Nothing uses the memory at `ptr` any more (no queued or running work), and it is freed once.
+pub(crate) unsafe fn free(ptr: sys::CUdeviceptr) -> Result<()> {
+    // SAFETY: the caller's promise above.
+    unsafe { drv!(cuMemFree_v2(ptr)) }
+}

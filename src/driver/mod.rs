@@ -16,6 +16,7 @@ use crate::error::{DriverError, Error, Result};
 
 pub(crate) mod compat;
 pub(crate) mod context;
+pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod graph;
 pub(crate) mod memory;

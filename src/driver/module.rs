@@ -53,6 +53,22 @@ impl ModuleHandle {
     }
 }
 
+/// Looks up the kernel `name` in `module` (`cuModuleGetFunction`); the driver's
+/// `CUDA_ERROR_NOT_FOUND` if there is none.
+///
+/// # Safety
+/// `module` is a live, loaded module, and its context is current.
+pub(crate) unsafe fn get_function(
+    module: sys::CUmodule,
+    name: &std::ffi::CStr,
+) -> Result<sys::CUfunction> {
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: the module is live (the caller's promise); `name` is NUL-terminated; `raw` is a
+    // valid out pointer.
+    unsafe { drv!(cuModuleGetFunction(&mut raw, module, name.as_ptr())) }?;
+    Ok(raw)
+}
+
 impl Drop for ModuleHandle {
     fn drop(&mut self) {
         if self.owner.is_some() {

@@ -219,6 +219,222 @@ impl Drop for StreamHandle {
     }
 }
 
+/// Blocks until all work on `stream` is done (`cuStreamSynchronize`). On a capturing stream this
+/// invalidates the capture (the driver reports it then).
+pub(crate) fn synchronize(stream: &StreamHandle) -> Result<()> {
+    // SAFETY: the stream is live (the handle owns it, or its owner keeps it alive).
+    unsafe { drv!(cuStreamSynchronize(stream.raw)) }
+}
+
+/// Records `event` on `stream` after the work queued so far (`cuEventRecord`).
+///
+/// # Safety
+/// Both handles are live and belong to the current context.
+pub(crate) unsafe fn record_event(event: sys::CUevent, stream: sys::CUstream) -> Result<()> {
+    // SAFETY: both handles are live and belong to this context (the caller's promise).
+    unsafe { drv!(cuEventRecord(event, stream)) }
+}
+
+/// Makes later work on `stream` wait for `event` (`cuStreamWaitEvent`).
+///
+/// # Safety
+/// Both handles are live; `flags` is a valid combination of `CUevent_wait_flags` (0 for none).
+pub(crate) unsafe fn wait_event(
+    stream: sys::CUstream,
+    event: sys::CUevent,
+    flags: std::ffi::c_uint,
+) -> Result<()> {
+    // SAFETY: both handles are live; `flags` is valid (the caller's promises).
+    unsafe { drv!(cuStreamWaitEvent(stream, event, flags)) }
+}
+
+/// Launches `function` on `stream` (`cuLaunchKernel`) with no `extra` options.
+///
+/// # Safety
+/// The function's context is current and its module loaded; `stream` is live; `params` is null
+/// for a kernel without parameters, or points at one pointer per kernel parameter, each to
+/// storage of that parameter's type that lives until the call returns (the driver copies it);
+/// the kernel stays in bounds of the memory it is given.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn launch_kernel(
+    function: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared_mem_bytes: u32,
+    stream: sys::CUstream,
+    params: *mut *mut std::ffi::c_void,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe {
+        drv!(cuLaunchKernel(
+            function,
+            grid.0,
+            grid.1,
+            grid.2,
+            block.0,
+            block.1,
+            block.2,
+            shared_mem_bytes,
+            stream,
+            params,
+            std::ptr::null_mut()
+        ))
+    }
+}
+
+/// Sets `n` bytes at `dst` to `value`, on `stream` (`cuMemsetD8Async`).
+///
+/// # Safety
+/// `dst` holds `n` bytes that stay allocated until the work has run (or, captured, as long as
+/// the graph); `stream` is live.
+pub(crate) unsafe fn memset_d8_async(
+    dst: sys::CUdeviceptr,
+    value: u8,
+    n: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuMemsetD8Async(dst, value, n, stream)) }
+}
+
+/// Sets `n` 32-bit words at `dst` to `value`, on `stream` (`cuMemsetD32Async`).
+///
+/// # Safety
+/// `dst` holds `n` words that stay allocated until the work has run (or, captured, as long as
+/// the graph); `stream` is live.
+pub(crate) unsafe fn memset_d32_async(
+    dst: sys::CUdeviceptr,
+    value: u32,
+    n: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuMemsetD32Async(dst, value, n, stream)) }
+}
+
+/// Copies `bytes` bytes from device memory `src` to `dst`, on `stream` (`cuMemcpyDtoDAsync_v2`).
+///
+/// # Safety
+/// Both hold `bytes` bytes that stay allocated until the work has run (or, captured, as long as
+/// the graph); `stream` is live.
+pub(crate) unsafe fn memcpy_dtod_async(
+    dst: sys::CUdeviceptr,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuMemcpyDtoDAsync_v2(dst, src, bytes, stream)) }
+}
+
+/// Copies `bytes` bytes from host memory `src` to device memory `dst`, on `stream`
+/// (`cuMemcpyHtoDAsync_v2`).
+///
+/// # Safety
+/// `src` is valid for reads of `bytes` bytes until the copy has run (the caller synchronises),
+/// `dst` holds `bytes` bytes; `stream` is live and not capturing.
+pub(crate) unsafe fn memcpy_htod_async(
+    dst: sys::CUdeviceptr,
+    src: *const std::ffi::c_void,
+    bytes: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuMemcpyHtoDAsync_v2(dst, src, bytes, stream)) }
+}
+
+/// Queues a host function on `stream` (`cuLaunchHostFunc`).
+///
+/// # Safety
+/// `stream` is live; `user_data` stays valid for as long as `func` may be called with it (once
+/// per run of the work, or per launch if captured); `func` never unwinds and never calls CUDA.
+pub(crate) unsafe fn launch_host_func(
+    stream: sys::CUstream,
+    func: sys::CUhostFn,
+    user_data: *mut std::ffi::c_void,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuLaunchHostFunc(stream, func, user_data)) }
+}
+
+/// Begins capturing `stream` into the existing `graph` (`cuStreamBeginCaptureToGraph`), after
+/// the `n` nodes `deps` (with edge data `edges`, or null for default edges).
+///
+/// # Safety
+/// Stream and graph are live, the graph's tree is locked; `deps` (and `edges` unless null) hold
+/// `n` entries, nodes of `graph`.
+pub(crate) unsafe fn begin_capture_to_graph(
+    stream: sys::CUstream,
+    graph: sys::CUgraph,
+    deps: *const sys::CUgraphNode,
+    edges: *const sys::CUgraphEdgeData,
+    n: usize,
+    mode: sys::CUstreamCaptureMode,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe {
+        drv!(cuStreamBeginCaptureToGraph(
+            stream, graph, deps, edges, n, mode
+        ))
+    }
+}
+
+/// Ends the capture on `stream` (`cuStreamEndCapture`); the driver writes the captured graph (or
+/// null) into `graph`, also when it reports a failure.
+///
+/// # Safety
+/// `stream` is live; a capture in `Global` or `ThreadLocal` mode is ended on the thread that
+/// began it; the caller holds what the capture records into as the capture requires (its
+/// graph's tree lock).
+pub(crate) unsafe fn end_capture(stream: sys::CUstream, graph: &mut sys::CUgraph) -> Result<()> {
+    // SAFETY: the caller's promises above; `graph` is a valid out pointer.
+    unsafe { drv!(cuStreamEndCapture(stream, graph)) }
+}
+
+/// Reads the capture state of `stream` (`cuStreamGetCaptureInfo_v3`); each out pointer may be
+/// null where the driver allows it.
+///
+/// # Safety
+/// `stream` is live; every non-null out pointer is valid for a write of its type (`status`
+/// through [`status_out`] where the value is read as a `u32`).
+pub(crate) unsafe fn capture_info(
+    stream: sys::CUstream,
+    status: *mut sys::CUstreamCaptureStatus,
+    id: *mut sys::cuuint64_t,
+    graph: *mut sys::CUgraph,
+    deps: *mut *const sys::CUgraphNode,
+    edges: *mut *const sys::CUgraphEdgeData,
+    n: *mut usize,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe {
+        drv!(cuStreamGetCaptureInfo_v3(
+            stream, status, id, graph, deps, edges, n
+        ))
+    }
+}
+
+/// Sets or adds to the dependencies of the capture on `stream`
+/// (`cuStreamUpdateCaptureDependencies_v2`).
+///
+/// # Safety
+/// `stream` is live and capturing; `deps` (and `edges` unless null) hold `n` entries, nodes of
+/// the capture graph; `flags` is a `CUstreamUpdateCaptureDependencies_flags` value.
+pub(crate) unsafe fn update_capture_dependencies(
+    stream: sys::CUstream,
+    deps: *mut sys::CUgraphNode,
+    edges: *const sys::CUgraphEdgeData,
+    n: usize,
+    flags: std::ffi::c_uint,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe {
+        drv!(cuStreamUpdateCaptureDependencies_v2(
+            stream, deps, edges, n, flags
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUgraphDebugDot_flags_enum as F;
 
-use crate::driver::drv;
+use crate::driver;
 use crate::driver::graph::GraphHandle;
 use crate::error::{Error, Result};
 
@@ -154,13 +154,7 @@ pub(crate) fn dot_print(
     graph.ctx.bind()?;
     let _tree = graph.lock();
     // SAFETY: the graph is live and its tree locked; `cpath` is NUL-terminated.
-    unsafe {
-        drv!(cuGraphDebugDotPrint(
-            graph.raw,
-            cpath.as_ptr(),
-            options.flags()
-        ))
-    }
+    unsafe { driver::graph::debug_dot_print(graph.raw, &cpath, options.flags()) }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use cudarc::driver::sys;
 
 use crate::core::source::FinishedGraph;
 use crate::driver::graph::{ExecHandle, GraphHandle, KeepChunk};
-use crate::driver::{self, compat, drv, DriverVersion};
+use crate::driver::{self, compat, DriverVersion};
 use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
 use crate::runtime::Stream;
 
@@ -302,17 +302,17 @@ impl Graph {
         // layout of `CUDA_GRAPH_INSTANTIATE_PARAMS` (asserted above), with `result_out` a `u32`
         // that is never read as the bindings' enum; `exec` is a valid out pointer.
         let r = unsafe {
-            drv!(cuGraphInstantiateWithParams(
+            driver::graph::instantiate_with_params(
                 &mut exec,
                 graph.raw,
-                (&mut params as *mut InstantiateParams).cast()
-            ))
+                (&mut params as *mut InstantiateParams).cast(),
+            )
         };
         drop(tree);
         if let Some(reason) = instantiate_failure(params.result_out) {
             if !exec.is_null() {
                 // SAFETY: an exec returned despite a failure result is ours to destroy.
-                unsafe { crate::driver::drv_drop!(cuGraphExecDestroy(exec)) };
+                let _ = unsafe { driver::graph::exec_destroy(exec) };
             }
             return Err(Error::Instantiate {
                 reason,
@@ -353,7 +353,7 @@ impl Graph {
                 return Err(launch_in_capture("launched"));
             }
             // SAFETY: exec and stream are live; the exec's lock is held.
-            unsafe { drv!(cuGraphLaunch(self.exec.raw, stream.raw())) }?;
+            unsafe { driver::graph::launch(self.exec.raw, stream.raw()) }?;
             if !waiting.is_empty() {
                 // Sources replaced while their last launch's stream was capturing: this launch
                 // runs after that one.
@@ -378,7 +378,7 @@ impl Graph {
                 return Err(launch_in_capture("uploaded"));
             }
             // SAFETY: exec and stream are live; the exec's lock is held.
-            unsafe { drv!(cuGraphUpload(self.exec.raw, stream.raw())) }
+            unsafe { driver::graph::upload(self.exec.raw, stream.raw()) }
         })
     }
 
@@ -404,11 +404,11 @@ impl Graph {
         // with the layout of `CUgraphExecUpdateResultInfo` (asserted above), its `result` a `u32`
         // that is never read as the bindings' enum.
         let r = unsafe {
-            drv!(cuGraphExecUpdate_v2(
+            driver::graph::exec_update(
                 self.exec.raw,
                 graph.raw,
-                (&mut info as *mut UpdateResultInfo).cast()
-            ))
+                (&mut info as *mut UpdateResultInfo).cast(),
+            )
         };
         drop(tree);
         let failure = update_failure(info.result);
@@ -464,16 +464,17 @@ impl Drop for Graph {
                 // SAFETY: `ptr` is the address of a graph allocation of this exec, whose
                 // launches have all finished; freeing graph memory outside the graph is
                 // allowed, and freeing an address not allocated now is an error, ignored.
-                crate::driver::release::destroy_in(&ctx, ptr, |p| unsafe {
-                    crate::driver::drv_drop!(cuMemFree_v2(p))
+                crate::driver::release::destroy_in(&ctx, ptr, |p| {
+                    let _ = unsafe { driver::memory::free(p) };
                 });
             }
             if freed_any {
                 // Freed graph memory goes back to the device's graph pool; give the pool's unused
                 // memory back to the device, as if the graph had freed it itself and been trimmed.
-                // SAFETY: trimming only releases pool memory no graph uses.
-                crate::driver::release::destroy_in(&ctx, ctx.device, |d| unsafe {
-                    crate::driver::drv_drop!(cuDeviceGraphMemTrim(d))
+                // SAFETY: `destroy_in` makes the context current; trimming only releases pool
+                // memory no graph uses.
+                crate::driver::release::destroy_in(&ctx, ctx.device, |d| {
+                    let _ = unsafe { driver::device::graph_mem_trim(d) };
                 });
             }
         };

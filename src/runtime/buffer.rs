@@ -2,7 +2,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::Device;
-use crate::driver::drv;
+use crate::driver;
 use crate::driver::memory::DeviceAlloc;
 use crate::error::{Error, Result};
 
@@ -127,16 +127,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.alloc.ctx.bind()?;
         // SAFETY: the context is current.
-        unsafe { drv!(cuCtxSynchronize()) }?;
+        unsafe { driver::context::synchronize() }?;
         let mut out = Vec::<T>::with_capacity(self.len);
         // SAFETY: `out` has room for `len` elements = `bytes` bytes; the driver writes all of them
         // before returning, and any bit pattern is a valid `T` (`DeviceCopy`).
         unsafe {
-            drv!(cuMemcpyDtoH_v2(
-                out.as_mut_ptr().cast(),
-                self.alloc.ptr,
-                self.alloc.bytes
-            ))?;
+            driver::memory::memcpy_dtoh(out.as_mut_ptr().cast(), self.alloc.ptr, self.alloc.bytes)?;
             out.set_len(self.len);
         }
         Ok(out)
@@ -157,15 +153,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         // SAFETY: the context is current; `data` holds exactly `bytes` readable bytes and is
         // read before `cuMemcpyHtoD_v2` returns.
         unsafe {
-            drv!(cuCtxSynchronize())?;
-            drv!(cuMemcpyHtoD_v2(
-                self.alloc.ptr,
-                data.as_ptr().cast(),
-                self.alloc.bytes
-            ))?;
+            driver::context::synchronize()?;
+            driver::memory::memcpy_htod(self.alloc.ptr, data.as_ptr().cast(), self.alloc.bytes)?;
             // The copy may still be in flight on the legacy stream, which does not order with
             // non-blocking streams.
-            drv!(cuCtxSynchronize())
+            driver::context::synchronize()
         }
     }
 

@@ -3,12 +3,12 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::{DeviceBuffer, DeviceCopy, Event, Module, Stream};
+use crate::driver;
 use crate::driver::context::PrimaryContext;
 use crate::driver::event::EventHandle;
 use crate::driver::memory::DeviceAlloc;
 use crate::driver::module::ModuleHandle;
 use crate::driver::stream::StreamHandle;
-use crate::driver::{self, drv};
 use crate::error::{Error, Result};
 
 /// A CUDA device and its retained primary context.
@@ -41,9 +41,7 @@ impl Device {
     /// The number of CUDA devices. Fails with [`Error::DriverNotFound`] without a driver.
     pub fn count() -> Result<usize> {
         driver::loaded()?;
-        let mut n = 0;
-        // SAFETY: the driver is initialised; `n` is a valid out pointer.
-        unsafe { drv!(cuDeviceGetCount(&mut n)) }?;
+        let n = driver::device::count()?;
         Ok(n.max(0) as usize)
     }
 
@@ -56,9 +54,7 @@ impl Device {
         if ordinal >= count {
             return Err(Error::InvalidDevice { ordinal, count });
         }
-        let mut dev = 0;
-        // SAFETY: `ordinal` < count; `dev` is a valid out pointer.
-        unsafe { drv!(cuDeviceGet(&mut dev, ordinal as i32)) }?;
+        let dev = driver::device::get(ordinal as i32)?;
         Ok(Device {
             ctx: PrimaryContext::retain(ordinal, dev)?,
         })
@@ -76,14 +72,7 @@ impl Device {
     /// The device's name, e.g. `NVIDIA H200`.
     pub fn name(&self) -> Result<String> {
         let mut buf = [0 as std::ffi::c_char; 256];
-        // SAFETY: `buf` holds 256 bytes and the driver writes at most `len` including the NUL.
-        unsafe {
-            drv!(cuDeviceGetName(
-                buf.as_mut_ptr(),
-                buf.len() as i32,
-                self.ctx.device
-            ))
-        }?;
+        driver::device::name(&mut buf, self.ctx.device)?;
         // SAFETY: the driver wrote a NUL-terminated string into `buf` (zero-initialised, so a NUL
         // is present even if it wrote nothing).
         let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
@@ -91,10 +80,7 @@ impl Device {
     }
 
     fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32> {
-        let mut v = 0;
-        // SAFETY: `v` is a valid out pointer; `attr` is a valid attribute.
-        unsafe { drv!(cuDeviceGetAttribute(&mut v, attr, self.ctx.device)) }?;
-        Ok(v)
+        driver::device::attribute(attr, self.ctx.device)
     }
 
     /// The compute capability as `(major, minor)`, e.g. `(9, 0)` for Hopper.
@@ -193,10 +179,8 @@ impl Device {
     /// ```
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         self.ctx.bind()?;
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: the context is current; both out pointers are valid.
-        unsafe { drv!(cuMemGetInfo_v2(&mut free, &mut total)) }?;
-        Ok((free, total))
+        // SAFETY: the context is current.
+        unsafe { driver::device::memory_info() }
     }
 
     /// Bytes of graph memory (from memory allocation nodes) the device's graph pool holds now,
@@ -215,17 +199,9 @@ impl Device {
     /// ```
     pub fn graph_memory_in_use(&self) -> Result<u64> {
         self.ctx.bind()?;
-        let mut v: u64 = 0;
         let attr = sys::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT;
-        // SAFETY: the context is current; this attribute is a 64-bit value written into `v`.
-        unsafe {
-            drv!(cuDeviceGetGraphMemAttribute(
-                self.ctx.device,
-                attr,
-                (&mut v as *mut u64).cast()
-            ))
-        }?;
-        Ok(v)
+        // SAFETY: the context is current; this attribute is a 64-bit value.
+        unsafe { driver::device::graph_mem_attribute_u64(self.ctx.device, attr) }
     }
 
     /// Gives the device's graph memory pool's unused memory back to the device
@@ -241,13 +217,13 @@ impl Device {
     pub fn trim_graph_memory(&self) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: the context is current; trimming releases only memory no graph uses.
-        unsafe { drv!(cuDeviceGraphMemTrim(self.ctx.device)) }
+        unsafe { driver::device::graph_mem_trim(self.ctx.device) }
     }
 
     /// Blocks until all work on this device is done.
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: the context is current.
-        unsafe { drv!(cuCtxSynchronize()) }
+        unsafe { driver::context::synchronize() }
     }
 }

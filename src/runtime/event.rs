@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
-use crate::driver::drv;
+use crate::driver;
 use crate::driver::event::EventHandle;
 use crate::error::Result;
 
@@ -25,8 +25,7 @@ impl Event {
     /// Blocks until the work recorded before this event has completed.
     pub fn synchronize(&self) -> Result<()> {
         self.handle.ctx.bind()?;
-        // SAFETY: the event is live.
-        unsafe { drv!(cuEventSynchronize(self.handle.raw)) }
+        driver::event::synchronize(&self.handle)
     }
 
     /// An observer that tells when the event is destroyed (after every clone of this handle and
@@ -45,8 +44,7 @@ impl Event {
     /// Whether the work recorded before this event has completed.
     pub fn is_complete(&self) -> Result<bool> {
         self.handle.ctx.bind()?;
-        // SAFETY: the event is live.
-        match unsafe { drv!(cuEventQuery(self.handle.raw)) } {
+        match driver::event::query(&self.handle) {
             Ok(()) => Ok(true),
             Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_NOT_READY as u32) => Ok(false),
             Err(e) => Err(e),

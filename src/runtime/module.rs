@@ -1,7 +1,7 @@
 use std::ffi::CString;
 use std::sync::Arc;
 
-use crate::driver::drv;
+use crate::driver;
 use crate::driver::module::ModuleHandle;
 use crate::error::{Error, Result};
 
@@ -60,16 +60,10 @@ impl Module {
         let cname = CString::new(name)
             .map_err(|_| Error::InvalidArgument(format!("kernel name {name:?} contains a NUL")))?;
         self.handle.ctx.bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the module is live; `cname` is NUL-terminated; `raw` is a valid out pointer.
-        match unsafe {
-            drv!(cuModuleGetFunction(
-                &mut raw,
-                self.handle.raw,
-                cname.as_ptr()
-            ))
-        } {
-            Ok(()) => Ok(Function {
+        // SAFETY: the module is live (a module this crate loaded: `Module` is made only by
+        // loading one) and its context current; `cname` is NUL-terminated.
+        match unsafe { driver::module::get_function(self.handle.raw, &cname) } {
+            Ok(raw) => Ok(Function {
                 module: self.handle.clone(),
                 raw,
                 name: name.into(),

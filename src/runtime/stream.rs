@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use cudarc::driver::sys;
 
 use super::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
-use crate::driver::drv;
+use crate::driver;
 use crate::driver::graph::{lock_two, GraphHandle, TreeState};
 use crate::driver::stream::{CaptureLink, CaptureStatus, StreamHandle};
 use crate::error::{Error, Result};
@@ -144,8 +144,7 @@ impl Stream {
     /// invalidates the capture, which `end_building` then reports.)
     pub fn synchronize(&self) -> Result<()> {
         self.handle.ctx.bind()?;
-        // SAFETY: the stream is live.
-        unsafe { drv!(cuStreamSynchronize(self.raw())) }
+        driver::stream::synchronize(&self.handle)
     }
 
     /// Records `event` after the work queued so far.
@@ -155,7 +154,7 @@ impl Stream {
     pub fn record(&self, event: &Event) -> Result<()> {
         self.enqueue(|rec| {
             // SAFETY: both handles are live and belong to this context.
-            unsafe { drv!(cuEventRecord(event.handle.raw, self.raw())) }?;
+            unsafe { driver::stream::record_event(event.handle.raw, self.raw()) }?;
             *lock(&event.handle.recorded_in) = rec.link();
             rec.hold_until_end(event.handle.clone());
             Ok(())
@@ -171,7 +170,7 @@ impl Stream {
         let joins = lock(&event.handle.recorded_in).clone();
         let wait = || {
             // SAFETY: both handles are live; flags must be 0.
-            unsafe { drv!(cuStreamWaitEvent(self.raw(), event.handle.raw, 0)) }
+            unsafe { driver::stream::wait_event(self.raw(), event.handle.raw, 0) }
         };
         self.enqueue(|rec| {
             if rec.capturing() {
@@ -276,19 +275,14 @@ impl Stream {
             // `args.len()` pointers to argument storage that lives until the call returns (the
             // driver copies it); the caller promises the arguments match the kernel.
             unsafe {
-                drv!(cuLaunchKernel(
+                driver::stream::launch_kernel(
                     function.raw,
-                    g.0,
-                    g.1,
-                    g.2,
-                    b.0,
-                    b.1,
-                    b.2,
+                    g,
+                    b,
                     config.shared_mem_bytes,
                     self.raw(),
                     params,
-                    std::ptr::null_mut()
-                ))
+                )
             }
         })
     }
@@ -312,12 +306,7 @@ impl Stream {
             // SAFETY: `buf` holds `byte_len` bytes; the allocation is kept alive by the caller's
             // handle or, in a capture, by the graph.
             unsafe {
-                drv!(cuMemsetD8Async(
-                    buf.device_ptr(),
-                    value,
-                    buf.byte_len(),
-                    self.raw()
-                ))
+                driver::stream::memset_d8_async(buf.device_ptr(), value, buf.byte_len(), self.raw())
             }
         })
     }
@@ -336,12 +325,12 @@ impl Stream {
             rec.keep(&buf.alloc);
             // SAFETY: `buf` holds `byte_len / 4` words.
             unsafe {
-                drv!(cuMemsetD32Async(
+                driver::stream::memset_d32_async(
                     buf.device_ptr(),
                     value,
                     buf.byte_len() / 4,
-                    self.raw()
-                ))
+                    self.raw(),
+                )
             }
         })
     }
@@ -366,12 +355,12 @@ impl Stream {
             rec.keep(&src.alloc);
             // SAFETY: both buffers hold `byte_len` bytes.
             unsafe {
-                drv!(cuMemcpyDtoDAsync_v2(
+                driver::stream::memcpy_dtod_async(
                     dst.device_ptr(),
                     src.device_ptr(),
                     dst.byte_len(),
-                    self.raw()
-                ))
+                    self.raw(),
+                )
             }
         })
     }
@@ -397,16 +386,16 @@ impl Stream {
             // SAFETY: `data` holds `byte_len` bytes and is read before the synchronize below
             // returns; `dst` is kept alive by the caller's borrow.
             unsafe {
-                drv!(cuMemcpyHtoDAsync_v2(
+                driver::stream::memcpy_htod_async(
                     dst.device_ptr(),
                     data.as_ptr().cast(),
                     dst.byte_len(),
-                    self.raw()
-                ))
+                    self.raw(),
+                )
             }?;
             // Synchronise so the copy is complete when we return and `data` may be freed.
-            // SAFETY: the stream is live and not capturing (checked above, under the slot).
-            unsafe { drv!(cuStreamSynchronize(self.raw())) }
+            // The stream is not capturing (checked above, under the slot).
+            driver::stream::synchronize(&self.handle)
         })
     }
 }
