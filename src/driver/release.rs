@@ -266,3 +266,111 @@ pub(crate) fn after_stream(stream: sys::CUstream, job: Job) -> crate::error::Res
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    //! The deferral rules, without a driver: the jobs here call no CUDA, so only where and when
+    //! they run is checked. The tests share process-wide state, so they run one at a time.
+
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// A destroy job that reports the name of the thread that ran it.
+    fn reporting_destroy() -> mpsc::Receiver<String> {
+        let (tx, rx) = mpsc::channel();
+        destroy(move || {
+            let name = std::thread::current().name().unwrap_or("?").to_string();
+            let _ = tx.send(name);
+        });
+        rx
+    }
+
+    fn ran_here(rx: &mpsc::Receiver<String>) -> bool {
+        // A job run at once has already sent before `destroy` returned.
+        matches!(rx.try_recv(), Ok(name) if name != "cuda-graph-release")
+    }
+
+    fn ran_on_release_thread(rx: &mpsc::Receiver<String>) -> bool {
+        matches!(rx.recv_timeout(Duration::from_secs(10)), Ok(name) if name == "cuda-graph-release")
+    }
+
+    #[test]
+    fn with_no_capture_a_destroy_runs_at_once() {
+        let _serial = lock(&SERIAL);
+        assert!(ran_here(&reporting_destroy()));
+    }
+
+    #[test]
+    fn a_relaxed_capture_defers_nothing() {
+        let _serial = lock(&SERIAL);
+        let _active = CaptureActive::new(Restricts::Nothing);
+        assert!(ran_here(&reporting_destroy()));
+    }
+
+    #[test]
+    fn a_thread_local_capture_defers_only_its_own_threads_destroys() {
+        let _serial = lock(&SERIAL);
+        let active = CaptureActive::new(Restricts::ThisThread);
+        let own = reporting_destroy();
+        let other = std::thread::spawn(|| ran_here(&reporting_destroy()))
+            .join()
+            .expect("no panic");
+        assert!(other, "another thread destroys at once");
+        // The release thread is not the capturing thread: it runs the deferred destroy.
+        assert!(ran_on_release_thread(&own));
+        drop(active);
+    }
+
+    #[test]
+    fn a_global_capture_defers_every_thread_until_it_ends() {
+        let _serial = lock(&SERIAL);
+        let active = CaptureActive::new(Restricts::Everyone);
+        let own = reporting_destroy();
+        let other = std::thread::spawn(reporting_destroy)
+            .join()
+            .expect("no panic");
+        assert!(
+            other.recv_timeout(Duration::from_millis(200)).is_err(),
+            "nothing is destroyed while the Global capture records"
+        );
+        assert!(own.try_recv().is_err());
+        drop(active);
+        assert!(ran_on_release_thread(&own));
+        assert!(ran_on_release_thread(&other));
+    }
+
+    #[test]
+    fn a_host_callback_defers_its_destroys() {
+        let _serial = lock(&SERIAL);
+        let rx = in_callback(reporting_destroy);
+        assert!(ran_on_release_thread(&rx));
+        // Outside the callback, at once again.
+        assert!(ran_here(&reporting_destroy()));
+    }
+
+    #[test]
+    fn a_value_dropped_on_the_release_thread_may_begin_and_end_a_global_capture() {
+        let _serial = lock(&SERIAL);
+        let (tx, rx) = mpsc::channel();
+        later(Box::new(move || {
+            // What a `Drop` that begins a capture does first; it deadlocked the release thread.
+            let active = CaptureActive::new(Restricts::Everyone);
+            let inner = reporting_destroy();
+            drop(active);
+            let _ = tx.send(inner);
+        }));
+        let inner = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the release thread did not deadlock");
+        assert!(
+            ran_on_release_thread(&inner),
+            "its own deferred destroy runs after"
+        );
+        // And a Global capture still begins on this thread afterwards.
+        drop(CaptureActive::new(Restricts::Everyone));
+        assert!(ran_here(&reporting_destroy()));
+    }
+}
