@@ -254,17 +254,16 @@ unsafe extern "C" fn run_later(p: *mut std::ffi::c_void) {
 
 /// Runs `job` on the release thread once `stream` has finished the work queued on it so far
 /// (`cuLaunchHostFunc`). The stream's context must be current and the stream must not be
-/// capturing (the host function would be captured). If the driver refuses, the job is leaked:
-/// what it would release may still be in use.
-pub(crate) fn after_stream(stream: sys::CUstream, job: Job) -> crate::error::Result<()> {
+/// capturing (the host function would be captured). If the driver refuses, the job comes back
+/// with the error, not run: what it would release may still be in use.
+pub(crate) fn after_stream(stream: sys::CUstream, job: Job) -> Result<(), (crate::Error, Job)> {
     let p = Box::into_raw(Box::new(job));
     // SAFETY: `run_later` takes back the box exactly once, never unwinds and never calls CUDA.
-    let r = unsafe { drv!(cuLaunchHostFunc(stream, Some(run_later), p.cast())) };
-    if r.is_err() {
-        // SAFETY: the driver did not take `p`; leak the job rather than run it early.
-        std::mem::forget(unsafe { Box::from_raw(p) });
+    match unsafe { drv!(cuLaunchHostFunc(stream, Some(run_later), p.cast())) } {
+        Ok(()) => Ok(()),
+        // SAFETY: the driver did not take `p`: the box is still ours.
+        Err(e) => Err((e, *unsafe { Box::from_raw(p) })),
     }
-    r
 }
 
 #[cfg(test)]

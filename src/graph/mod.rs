@@ -105,26 +105,23 @@ impl ExecState {
             crate::driver::release::later(Box::new(move || drop(held)));
             return;
         };
-        let mut held = Some(held);
-        let queued = stream.enqueue(|rec| {
+        let mut job: Option<crate::driver::release::Job> = Some(Box::new(move || drop(held)));
+        let _ = stream.enqueue(|rec| {
             if rec.capturing() {
-                return Ok(false);
+                return Ok(());
             }
-            let held = held.take();
-            crate::driver::release::after_stream(stream.raw(), Box::new(move || drop(held)))?;
-            Ok(true)
+            if let Some(j) = job.take() {
+                if let Err((e, j)) = crate::driver::release::after_stream(stream.raw(), j) {
+                    job = Some(j);
+                    return Err(e);
+                }
+            }
+            Ok(())
         });
-        if let (Ok(false) | Err(_), Some(held)) = (queued, held) {
-            // The stream captures now: wait, off this thread, until it stops, then queue.
-            let _ = std::thread::Builder::new()
-                .name("cuda-graph-fence".into())
-                .spawn(move || {
-                    while stream.is_capturing().unwrap_or(false) {
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
-                    let _ = stream.synchronize();
-                    crate::driver::release::later(Box::new(move || drop(held)));
-                });
+        if let Some(job) = job {
+            // The stream captures now, or the driver refused the host function (on a host
+            // callback's thread, say).
+            release_when_idle(stream, job);
         }
     }
 }
@@ -347,21 +344,27 @@ impl Graph {
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         let mut state = lock(&self.state);
         self.exec.ctx.bind()?;
-        let waiting = std::mem::take(&mut state.waiting);
+        let mut waiting = Some(std::mem::take(&mut state.waiting)).filter(|w| !w.is_empty());
         let queued = stream.enqueue(|rec| {
             if rec.capturing() {
                 return Err(launch_in_capture("launched"));
             }
             // SAFETY: exec and stream are live; the exec's lock is held.
             unsafe { driver::graph::launch(self.exec.raw, stream.raw()) }?;
-            if !waiting.is_empty() {
+            if let Some(w) = waiting.take() {
                 // Sources replaced while their last launch's stream was capturing: this launch
-                // runs after that one.
-                let w = waiting;
-                crate::driver::release::after_stream(stream.raw(), Box::new(move || drop(w)))?;
+                // runs after that one, so they go once it has finished.
+                let job: crate::driver::release::Job = Box::new(move || drop(w));
+                if let Err((_, job)) = crate::driver::release::after_stream(stream.raw(), job) {
+                    release_when_idle(stream.clone(), job);
+                }
             }
             Ok(())
         });
+        if let Some(w) = waiting {
+            // Not launched: still held.
+            state.waiting = w;
+        }
         queued?;
         state.last_stream = Some(stream.clone());
         state.launched_since_update = true;
@@ -430,6 +433,29 @@ impl Graph {
         }
         state.launched_since_update = false;
         Ok(())
+    }
+}
+
+/// Runs `job` on the release thread once `stream` has no capture and its queued work is done,
+/// waiting for that on a thread of its own (the fallback when no host function can be queued).
+/// If that thread cannot start, the job is leaked rather than run early.
+fn release_when_idle(stream: Stream, job: crate::driver::release::Job) {
+    let slot = Arc::new(Mutex::new(Some(job)));
+    let for_thread = slot.clone();
+    let spawned = std::thread::Builder::new()
+        .name("cuda-graph-fence".into())
+        .spawn(move || {
+            while stream.is_capturing().unwrap_or(false) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let _ = stream.synchronize();
+            if let Some(job) = lock(&for_thread).take() {
+                crate::driver::release::later(job);
+            }
+        });
+    if spawned.is_err() {
+        // Never run early: what the job releases may still be in use.
+        std::mem::forget(lock(&slot).take());
     }
 }
 
