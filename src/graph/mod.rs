@@ -85,9 +85,6 @@ struct ExecState {
     keep: Vec<KeepChunk>,
     /// The source of the latest update: the exec may use its operands.
     current: Option<Arc<GraphHandle>>,
-    /// Replaced sources whose launches were queued on a stream that was capturing when they
-    /// were replaced: released after the next launch (launches of one exec run in order).
-    waiting: Vec<Arc<GraphHandle>>,
     /// The stream of the latest launch.
     last_stream: Option<Stream>,
     /// Whether the exec was launched since the latest update.
@@ -344,28 +341,13 @@ impl Graph {
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         let mut state = lock(&self.state);
         self.exec.ctx.bind()?;
-        let mut waiting = Some(std::mem::take(&mut state.waiting)).filter(|w| !w.is_empty());
-        let queued = stream.enqueue(|rec| {
+        stream.enqueue(|rec| {
             if rec.capturing() {
                 return Err(launch_in_capture("launched"));
             }
             // SAFETY: exec and stream are live; the exec's lock is held.
-            unsafe { driver::graph::launch(self.exec.raw, stream.raw()) }?;
-            if let Some(w) = waiting.take() {
-                // Sources replaced while their last launch's stream was capturing: this launch
-                // runs after that one, so they go once it has finished.
-                let job: crate::driver::release::Job = Box::new(move || drop(w));
-                if let Err((_, job)) = crate::driver::release::after_stream(stream.raw(), job) {
-                    release_when_idle(stream.clone(), job);
-                }
-            }
-            Ok(())
-        });
-        if let Some(w) = waiting {
-            // Not launched: still held.
-            state.waiting = w;
-        }
-        queued?;
+            unsafe { driver::graph::launch(self.exec.raw, stream.raw()) }
+        })?;
         state.last_stream = Some(stream.clone());
         state.launched_since_update = true;
         Ok(())
@@ -478,7 +460,6 @@ impl Drop for Graph {
         let unfreed = std::mem::take(&mut state.unfreed);
         let held = (
             state.current.take(),
-            std::mem::take(&mut state.waiting),
             std::mem::take(&mut state.keep),
             state.source.take(),
         );
