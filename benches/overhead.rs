@@ -547,14 +547,7 @@ struct Raw {
 impl Raw {
     fn new() -> Result<Raw, String> {
         require_symbols(RAW_SYMBOLS)?;
-        let mut dev = 0;
-        // SAFETY: the driver is initialised (the crate opened device 0); `dev` is an out pointer.
-        ok("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, 0) })?;
-        let mut ctx = null_mut();
-        // SAFETY: `dev` is a valid device; `ctx` is a valid out pointer.
-        ok("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
-        })?;
+        let (dev, ctx) = raw::retain_primary(0)?;
         let mut raw = Raw {
             dev,
             ctx,
@@ -566,19 +559,7 @@ impl Raw {
             stream: null_mut(),
         };
         raw.bind()?;
-        // The image copied into 8-byte-aligned storage, as cuModuleLoadData wants it.
-        let image: Vec<u64> = KERNELS
-            .chunks(8)
-            .map(|c| {
-                let mut w = [0u8; 8];
-                w[..c.len()].copy_from_slice(c);
-                u64::from_ne_bytes(w)
-            })
-            .collect();
-        // SAFETY: `image` holds the whole fatbin (zero-padded), aligned, alive during the call.
-        ok("cuModuleLoadData", unsafe {
-            sys::cuModuleLoadData(&mut raw.module, image.as_ptr() as *const c_void)
-        })?;
+        raw.module = raw::load_module(KERNELS)?;
         raw.empty = raw.function(c"empty_kernel")?;
         raw.add_one = raw.function(c"add_one")?;
         let bytes = std::mem::size_of::<i32>();
@@ -599,13 +580,7 @@ impl Raw {
     }
 
     fn function(&self, name: &CStr) -> Result<sys::CUfunction, String> {
-        let mut f = null_mut();
-        // SAFETY: the module is loaded; `name` is NUL-terminated; `f` is a valid out pointer.
-        ok("cuModuleGetFunction", unsafe {
-            sys::cuModuleGetFunction(&mut f, self.module, name.as_ptr())
-        })
-        .map_err(|e| format!("{e} ({})", name.to_string_lossy()))?;
-        Ok(f)
+        raw::function(self.module, name)
     }
 
     /// Makes the shared primary context current on this thread.

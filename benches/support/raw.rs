@@ -35,3 +35,49 @@ pub fn require_symbols(names: &[&str]) -> Result<(), String> {
         Err(format!("raw: the driver lacks {}", missing.join(", ")))
     }
 }
+
+/// Device `ordinal` and its primary context, retained (the context the library uses too).
+pub fn retain_primary(ordinal: i32) -> Result<(sys::CUdevice, sys::CUcontext), String> {
+    let mut dev = 0;
+    // SAFETY: the driver is initialised (the crate opened a device); `dev` is an out pointer.
+    ok("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&mut dev, ordinal)
+    })?;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: `dev` is a valid device; `ctx` is a valid out pointer.
+    ok("cuDevicePrimaryCtxRetain", unsafe {
+        sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+    })?;
+    Ok((dev, ctx))
+}
+
+/// Loads `image` (a fatbin) into the current context.
+pub fn load_module(image: &[u8]) -> Result<sys::CUmodule, String> {
+    // The image copied into 8-byte-aligned storage, as cuModuleLoadData wants it.
+    let aligned: Vec<u64> = image
+        .chunks(8)
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            u64::from_ne_bytes(w)
+        })
+        .collect();
+    let mut module = std::ptr::null_mut();
+    // SAFETY: `aligned` holds the whole image (zero-padded), aligned, alive during the call; a
+    // context is current (the caller's).
+    ok("cuModuleLoadData", unsafe {
+        sys::cuModuleLoadData(&mut module, aligned.as_ptr().cast())
+    })?;
+    Ok(module)
+}
+
+/// The kernel `name` of a loaded `module`.
+pub fn function(module: sys::CUmodule, name: &std::ffi::CStr) -> Result<sys::CUfunction, String> {
+    let mut f = std::ptr::null_mut();
+    // SAFETY: the module is loaded; `name` is NUL-terminated; `f` is a valid out pointer.
+    ok("cuModuleGetFunction", unsafe {
+        sys::cuModuleGetFunction(&mut f, module, name.as_ptr())
+    })
+    .map_err(|e| format!("{e} ({})", name.to_string_lossy()))?;
+    Ok(f)
+}

@@ -106,15 +106,14 @@ impl Core {
     /// is marked as the driver left it (see [`Core::capture_failed`]).
     pub(crate) fn end(&mut self) -> Result<()> {
         self.stream.handle.ctx.bind()?;
-        let ended = self.finish_capture(false);
+        let ended = self.finish_capture();
         self.active = None;
         ended
     }
 
-    /// Ends this builder's own capture under the stream's slot and the tree's lock. With
-    /// `abandon`, the capture is being dropped: any status is accepted and nothing is returned
-    /// but the outcome.
-    fn finish_capture(&mut self, abandon: bool) -> Result<()> {
+    /// Ends this builder's own capture under the stream's slot and the tree's lock (also when the
+    /// builder is dropped mid-capture, which ignores the result).
+    fn finish_capture(&mut self) -> Result<()> {
         self.capturing = false;
         let (Some(graph), Some(id)) = (self.graph.clone(), self.capture.take()) else {
             return Ok(());
@@ -136,7 +135,6 @@ impl Core {
                 drop(tree);
                 // In case the driver left the stream capturing.
                 self.stream.handle.abandon_capture(true);
-                let _ = abandon;
                 Err(capture_error(e))
             }
         }
@@ -296,7 +294,7 @@ impl Drop for Core {
             // A builder dropped mid-capture ends the capture and discards it.
             None => {
                 if self.stream.handle.ctx.bind().is_ok() {
-                    let _ = self.finish_capture(true);
+                    let _ = self.finish_capture();
                 }
                 self.active = None;
             }
