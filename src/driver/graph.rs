@@ -301,8 +301,22 @@ unsafe impl Send for ExecHandle {}
 // SAFETY: as above.
 unsafe impl Sync for ExecHandle {}
 
+impl ExecHandle {
+    /// Moves the exec out, leaving a handle that destroys nothing: the exec can then be destroyed
+    /// elsewhere (after its last launch, right before the graph it was instantiated from).
+    pub(crate) fn take(&mut self) -> ExecHandle {
+        ExecHandle {
+            ctx: self.ctx.clone(),
+            raw: std::mem::replace(&mut self.raw, std::ptr::null_mut()),
+        }
+    }
+}
+
 impl Drop for ExecHandle {
     fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
         // SAFETY: the exec was wrapped once after a successful instantiate and is destroyed
         // exactly once, here. The driver defers the free until pending launches finish, and the
         // values `Graph` holds for it are released after its last launch (see `Graph`'s `Drop`).

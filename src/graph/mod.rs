@@ -65,8 +65,8 @@ impl GraphCompleteOptions {
 /// Made by [`GraphBuilder::complete`](crate::GraphBuilder::complete) or
 /// [`GraphDefinition::instantiate`](crate::GraphDefinition::instantiate). It holds everything its
 /// nodes use (a snapshot of its graph's keep set), so it runs after the builder and every buffer
-/// handle are dropped. Dropping it destroys the exec once (the driver waits for pending
-/// launches) and releases what it held after its last launch has finished.
+/// handle are dropped. Dropping it never waits: the exec, the graph it was instantiated from and
+/// what it held are released on a background thread once its last launch has finished.
 /// `Send + Sync`.
 pub struct Graph {
     exec: ExecHandle,
@@ -453,12 +453,15 @@ fn launch_in_capture(what: &str) -> Error {
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        // The driver destroys the exec once its launches finish; what this handle holds for
-        // them (adopted update sources, graph memory left allocated) is released after the
-        // last launch too.
+        // The exec and what this handle holds for its launches (its source graph, adopted
+        // update sources, graph memory left allocated) are released after the last launch.
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         let unfreed = std::mem::take(&mut state.unfreed);
+        // The exec is destroyed first, then the graphs it came from, in that order on one
+        // thread: driver 13.0 crashed in `cuGraphExecDestroy` of an exec with a conditional node
+        // while another thread destroyed its source graph (the soak's conditional loop).
         let held = (
+            self.exec.take(),
             state.current.take(),
             std::mem::take(&mut state.keep),
             state.source.take(),

@@ -86,6 +86,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         Needs::Gpu,
         update_sources_are_released_once_their_launches_end,
     ),
+    (
+        "safety::conditional_execs_dropped_right_after_their_launch",
+        Needs::Conditional(DriverVersion::V12_3),
+        conditional_execs_dropped_right_after_their_launch,
+    ),
     // Last: these leak captures on purpose (CUDA then refuses context-wide synchronisation
     // until they end), and end them with raw driver calls when done.
     (
@@ -792,5 +797,48 @@ fn update_sources_are_released_once_their_launches_end(gpu: &Gpu) -> TestResult 
         "c is released with the exec"
     );
     assert_eq!(a.to_vec()?, [0]);
+    Ok(())
+}
+
+/// An IF graph (default 1) whose body adds one to `buf`, ended (not completed).
+fn if_default_one(
+    gpu: &Gpu,
+    buf: &DeviceBuffer<i32>,
+) -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+    let add_one = gpu.f("add_one");
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let h = p.create_conditional_handle(Some(1))?;
+    {
+        let body = p.if_then(&h)?.begin_building(Global)?;
+        // SAFETY: add_one(int*).
+        unsafe { body.launch(&add_one, one(), &args![buf])? };
+        body.end_building()?;
+    }
+    p.end_building()
+}
+
+/// Execs with a conditional node dropped right after a launch, and updated from conditional
+/// graphs while the sources they replace are released. Driver 13.0 crashed in
+/// `cuGraphExecDestroy` when the exec was destroyed on one thread while its source graph was
+/// destroyed on another (the exec's release ran beside it); both now go in order on one thread.
+fn conditional_execs_dropped_right_after_their_launch(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.stream();
+    const CYCLES: i32 = 2000;
+    for _ in 0..CYCLES {
+        let g = if_default_one(gpu, &buf)?.complete(&Default::default())?;
+        g.launch(&s)?;
+        s.synchronize()?;
+        drop(g);
+    }
+    assert_eq!(buf.to_vec()?, [CYCLES]);
+    let mut g = if_default_one(gpu, &buf)?.complete(&Default::default())?;
+    for _ in 0..CYCLES {
+        g.update(&if_default_one(gpu, &buf)?)?;
+        g.launch(&s)?;
+    }
+    s.synchronize()?;
+    drop(g);
+    assert_eq!(buf.to_vec()?, [2 * CYCLES]);
     Ok(())
 }
