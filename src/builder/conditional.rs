@@ -54,6 +54,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         let graph = self.conditional_graph()?.clone();
         let mut params = node_params(&graph, handle, kind)?;
         let size = kind.size();
+        // Not only stream work (a node is added to the graph directly): the context is made
+        // current the way every other driver call makes it.
+        self.core.stream.handle.ctx.bind()?;
         let bodies = self.core.stream.enqueue(|rec| {
             let node = self.core.add_node(rec, &mut params)?;
             let raws = body_graphs(&params, size)?;

@@ -38,6 +38,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
         params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH;
         params.__bindgen_anon_1.graph = compat::child_graph_params(child.raw);
+        // Not only stream work (a node is added to the graph directly): bind as every other
+        // driver call does.
+        self.core.stream.handle.ctx.bind()?;
         // The driver copies the child: its tree stays locked meanwhile (both trees, in order).
         self.core.stream.enqueue_with(Some(&keep), |rec| {
             let child_tree = match rec.other.as_deref() {

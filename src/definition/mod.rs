@@ -171,7 +171,7 @@ impl GraphDefinition {
     /// Binds the context and locks the graph's tree, refusing a graph that a capture is recording
     /// into or whose conditional node was destroyed.
     pub(crate) fn lock(&self) -> Result<Locked<'_>> {
-        self.graph.ctx.bind()?;
+        self.graph.ctx.bind_cached()?;
         let tree = self.graph.lock();
         check_usable(&self.graph, &tree)?;
         Ok(Locked { tree })

@@ -112,16 +112,7 @@ impl NodeType {
 /// Registers a node the driver just made (or that this crate sees for the first time) in graph
 /// `graph` and returns its token. A node already registered keeps its token.
 pub(crate) fn token(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
-    let key = (graph, raw as usize);
-    let serial = match tree.nodes.get(&key) {
-        Some(s) => *s,
-        None => {
-            tree.next_serial += 1;
-            let s = tree.next_serial;
-            tree.nodes.insert(key, s);
-            s
-        }
-    };
+    let serial = tree.nodes.lookup_or_insert(graph, raw as usize);
     GraphNode {
         graph,
         raw: raw as usize,
@@ -132,9 +123,7 @@ pub(crate) fn token(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> 
 /// Registers a node the driver just created: it gets a new serial even if a destroyed node had
 /// its address.
 pub(crate) fn fresh(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
-    tree.next_serial += 1;
-    let serial = tree.next_serial;
-    tree.nodes.insert((graph, raw as usize), serial);
+    let serial = tree.nodes.insert(graph, raw as usize);
     GraphNode {
         graph,
         raw: raw as usize,
@@ -147,9 +136,10 @@ pub(crate) fn check(tree: &TreeState, graph: u64, node: &GraphNode) -> Result<sy
     if node.graph != graph {
         return Err(Error::ForeignNode);
     }
-    match tree.nodes.get(&(graph, node.raw)) {
-        Some(s) if *s == node.serial => Ok(node.raw()),
-        _ => Err(Error::DestroyedNode),
+    if tree.nodes.is_live(graph, node.raw, node.serial) {
+        Ok(node.raw())
+    } else {
+        Err(Error::DestroyedNode)
     }
 }
 
@@ -181,7 +171,7 @@ pub(crate) fn check_edge(
 /// Forgets a destroyed node; if it was a conditional node this crate made, its body graphs
 /// (freed by the driver with it) are marked dead.
 pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) {
-    tree.nodes.remove(&(graph, node.raw));
+    tree.nodes.remove(graph, node.raw, node.serial);
     tree.unfreed.remove(&(graph, node.raw));
     if let Some(bodies) = tree.bodies.remove(&(graph, node.raw)) {
         tree.dead.extend(bodies);
@@ -232,6 +222,36 @@ mod tests {
             check_edge(&tree, 1, &old, &other),
             Err(Error::DestroyedNode)
         ));
+    }
+
+    #[test]
+    fn slots_of_forgotten_nodes_are_reused_and_old_tokens_stay_destroyed() {
+        let mut tree = TreeState::default();
+        let mut old = Vec::new();
+        for round in 0..100usize {
+            let a = fresh(&mut tree, 1, raw(0x1000 + round));
+            let b = fresh(&mut tree, 1, raw(0x9000 + round));
+            assert!(check(&tree, 1, &a).is_ok() && check(&tree, 1, &b).is_ok());
+            forget(&mut tree, 1, &a);
+            forget(&mut tree, 1, &b);
+            old.push(a);
+            old.push(b);
+        }
+        // Two slots served all 200 nodes; none of the old tokens passes.
+        let live = fresh(&mut tree, 1, raw(0x100));
+        assert!(old
+            .iter()
+            .all(|t| matches!(check(&tree, 1, t), Err(Error::DestroyedNode))));
+        assert!(check(&tree, 1, &live).is_ok());
+        // Forgetting a stale token does not touch the live node that reuses its slot.
+        forget(&mut tree, 1, &old[0]);
+        forget(&mut tree, 1, &old[1]);
+        assert!(check(&tree, 1, &live).is_ok());
+        // Looking nodes up by address after that finds the live one only.
+        assert_eq!(token(&mut tree, 1, raw(0x100)), live);
+        let seen = token(&mut tree, 1, raw(0x1000));
+        assert_ne!(seen, old[0]);
+        assert!(check(&tree, 1, &seen).is_ok());
     }
 
     #[test]

@@ -38,6 +38,13 @@ pub(crate) const POOL_MAX: usize = 64;
 #[derive(Debug)]
 struct SetupStream(sys::CUstream);
 
+thread_local! {
+    /// The context this crate last made current, or found current, on this thread (its
+    /// address; 0 for none): [`PrimaryContext::bind_cached`] skips the driver call
+    /// when it is the one wanted.
+    static BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 // SAFETY: a CUcontext is a driver handle usable from any thread; the driver synchronises access.
 unsafe impl Send for PrimaryContext {}
 // SAFETY: as above; `&PrimaryContext` only allows binding the context, which is thread-safe.
@@ -65,11 +72,28 @@ impl PrimaryContext {
         // setting it, and other code (cudarc, the user) may have changed it since our last call,
         // so it is read every time rather than cached.
         unsafe { drv!(cuCtxGetCurrent(&mut current)) }?;
-        if current == self.raw {
+        if current != self.raw {
+            // SAFETY: `raw` is a retained primary context, valid until `Drop`.
+            unsafe { drv!(cuCtxSetCurrent(self.raw)) }?;
+        }
+        BOUND.with(|b| b.set(self.raw as usize));
+        Ok(())
+    }
+
+    /// [`bind`](Self::bind) for calls whose context comes with their operands, with no driver
+    /// call when this crate made the context current on this thread last: work on a stream
+    /// (launches, memsets, copies, event records and waits, host functions, graph launches) and
+    /// graph edits (the node parameters name their context). The driver runs work on a stream in
+    /// the stream's context whichever context is current (measured on driver 13.0: launches,
+    /// memsets and captures of them on a stream of context A succeed and run with context B, or
+    /// none, current), so if other code changed the current context since, the work is still
+    /// right. Calls that use the current context itself (allocation, module loads, creating
+    /// streams and events, instantiation) use `bind`, which asks the driver every time.
+    pub(crate) fn bind_cached(&self) -> Result<()> {
+        if BOUND.with(|b| b.get()) == self.raw as usize {
             return Ok(());
         }
-        // SAFETY: `raw` is a retained primary context, valid until `Drop`.
-        unsafe { drv!(cuCtxSetCurrent(self.raw)) }
+        self.bind()
     }
 }
 

@@ -71,14 +71,122 @@ pub(crate) type KeepChunk = Arc<Vec<Arc<dyn Any + Send + Sync>>>;
 
 /// What the lock of a graph tree (a root graph and its conditional bodies) guards besides the
 /// driver calls: the bookkeeping of explicit definitions.
+/// The live nodes of a tree that this crate handed out tokens for: a slab of slots, each with a
+/// generation, so that checking a token is one array read and adding a node one push (no hashing
+/// on the path that builds a graph). A token's serial is `generation << 32 | slot`. Looking a node
+/// up by its address (for nodes the driver lists) uses an index made on first need.
+#[derive(Debug, Default)]
+pub(crate) struct NodeTable {
+    slots: Vec<NodeSlot>,
+    /// Slots of forgotten nodes, for reuse (the table stays as large as the live node count).
+    free: Vec<u32>,
+    /// `(graph id, raw node)` → slot, once something looked a node up by address.
+    index: Option<IdMap<(u64, usize), u32>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct NodeSlot {
+    graph: u64,
+    raw: usize,
+    generation: u32,
+    live: bool,
+}
+
+impl NodeTable {
+    /// Registers a node the driver just made in graph `graph`; returns its serial. A node that
+    /// the index still lists at the same address (destroyed, its address reused) is forgotten.
+    pub(crate) fn insert(&mut self, graph: u64, raw: usize) -> u64 {
+        if let Some(old) = self
+            .index
+            .as_ref()
+            .and_then(|i| i.get(&(graph, raw)).copied())
+        {
+            self.release(old);
+        }
+        let slot = match self.free.pop() {
+            Some(i) => {
+                let s = &mut self.slots[i as usize];
+                s.graph = graph;
+                s.raw = raw;
+                s.generation = s.generation.wrapping_add(1);
+                s.live = true;
+                i
+            }
+            None => {
+                self.slots.push(NodeSlot {
+                    graph,
+                    raw,
+                    generation: 0,
+                    live: true,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        if let Some(index) = self.index.as_mut() {
+            index.insert((graph, raw), slot);
+        }
+        Self::serial(slot, self.slots[slot as usize].generation)
+    }
+
+    fn serial(slot: u32, generation: u32) -> u64 {
+        (u64::from(generation) << 32) | u64::from(slot)
+    }
+
+    fn slot_of(&self, graph: u64, raw: usize, serial: u64) -> Option<u32> {
+        let slot = (serial & 0xffff_ffff) as u32;
+        let s = self.slots.get(slot as usize)?;
+        (s.live && s.graph == graph && s.raw == raw && Self::serial(slot, s.generation) == serial)
+            .then_some(slot)
+    }
+
+    /// Whether the token `(graph, raw, serial)` names a live node.
+    pub(crate) fn is_live(&self, graph: u64, raw: usize, serial: u64) -> bool {
+        self.slot_of(graph, raw, serial).is_some()
+    }
+
+    /// The serial of the live node at `raw` in `graph`, registering it if it is new.
+    pub(crate) fn lookup_or_insert(&mut self, graph: u64, raw: usize) -> u64 {
+        let index = self.index.get_or_insert_with(|| {
+            self.slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.live)
+                .map(|(i, s)| ((s.graph, s.raw), i as u32))
+                .collect()
+        });
+        match index.get(&(graph, raw)) {
+            Some(&slot) => Self::serial(slot, self.slots[slot as usize].generation),
+            None => self.insert(graph, raw),
+        }
+    }
+
+    /// Forgets the node `(graph, raw, serial)` if it is live.
+    pub(crate) fn remove(&mut self, graph: u64, raw: usize, serial: u64) {
+        if let Some(slot) = self.slot_of(graph, raw, serial) {
+            self.release(slot);
+        }
+    }
+
+    fn release(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        if !s.live {
+            return;
+        }
+        s.live = false;
+        if let Some(index) = self.index.as_mut() {
+            if index.get(&(s.graph, s.raw)) == Some(&slot) {
+                index.remove(&(s.graph, s.raw));
+            }
+        }
+        self.free.push(slot);
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct TreeState {
-    /// Live nodes known to this crate: `(graph id, raw node)` → serial. A node token is valid
-    /// only while its serial is here, so a destroyed node (whose address the driver may reuse)
-    /// is never mistaken for a new one.
-    pub(crate) nodes: IdMap<(u64, usize), u64>,
-    /// The next node serial.
-    pub(crate) next_serial: u64,
+    /// Live nodes known to this crate. A node token is valid only while its slot holds it, so
+    /// a destroyed node (whose address the driver may reuse) is never mistaken for a new one.
+    pub(crate) nodes: NodeTable,
     /// Conditional nodes that this crate created: `(graph id, raw node)` → the ids of the body
     /// graphs it owns, so that destroying the node marks them dead.
     pub(crate) bodies: IdMap<(u64, usize), Vec<u64>>,

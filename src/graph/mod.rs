@@ -340,7 +340,6 @@ impl Graph {
     /// graph into the capture instead ([`GraphBuilder::embed`](crate::GraphBuilder::embed)).
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         let mut state = lock(&self.state);
-        self.exec.ctx.bind()?;
         stream.enqueue(|rec| {
             if rec.capturing() {
                 return Err(launch_in_capture("launched"));
@@ -357,7 +356,6 @@ impl Graph {
     /// Refused on a capturing stream, as [`launch`](Self::launch).
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         let _state = lock(&self.state);
-        self.exec.ctx.bind()?;
         stream.enqueue(|rec| {
             if rec.capturing() {
                 return Err(launch_in_capture("uploaded"));

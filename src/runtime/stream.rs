@@ -218,7 +218,7 @@ impl Stream {
         other: Option<&GraphHandle>,
         op: impl FnOnce(&mut Recording<'_>) -> Result<R>,
     ) -> Result<R> {
-        self.handle.ctx.bind()?;
+        self.handle.ctx.bind_cached()?;
         let mut slot = self.handle.slot();
         if let Some((graph, id)) = slot.as_ref().map(|l| (l.graph.upgrade(), l.id)) {
             if let Some(graph) = graph {
