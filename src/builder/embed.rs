@@ -50,7 +50,15 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
                 })?,
             };
             child_tree.check_complete()?;
+            // What the child's nodes use now (they may change or go later), and the child.
+            let held = match rec.other.as_deref_mut() {
+                Some(t) => t.snapshot(),
+                None => Vec::new(),
+            };
             rec.keep(&keep);
+            for chunk in &held {
+                rec.keep(chunk);
+            }
             self.core.add_node(rec, &mut params)
         })?;
         Ok(())

@@ -40,9 +40,18 @@ impl GraphDefinition {
                 &mut params,
             )
         }?;
-        let node = node::fresh(&mut locked.tree, graph.id, out);
+        let mut released = Vec::new();
+        let node = node::fresh(
+            &mut locked.tree,
+            graph.id,
+            out,
+            Default::default(),
+            &mut released,
+        );
         let raws = body_graphs(&params, size)?;
         let bodies = register_bodies(&mut locked.tree, graph, out, raws);
+        drop(locked);
+        drop(released);
         Ok((
             node,
             bodies.into_iter().map(GraphDefinition::view).collect(),

@@ -208,15 +208,22 @@ impl GraphDefinition {
     /// ```
     pub fn try_clone(&self) -> Result<GraphDefinition> {
         self.standalone("cloned")?;
-        let locked = self.lock()?;
+        let mut locked = self.lock()?;
         locked.tree.check_complete()?;
         // SAFETY: the graph is live and its tree locked.
         let raw = unsafe { driver::graph::clone(self.graph.raw) }?;
+        // The clone's nodes use what the original's use now: the clone holds that (the original's
+        // nodes may change or go later) and the original graph.
+        let held = locked.tree.snapshot();
         drop(locked);
         let clone = Arc::new(GraphHandle::owned(&self.graph.ctx, raw));
-        // The clone's nodes use what the original's do: the clone holds the original (and so
-        // everything the original holds).
-        clone.lock().keep(&self.graph.root());
+        {
+            let mut tree = clone.lock();
+            tree.keep(&self.graph.root());
+            for chunk in &held {
+                tree.keep(chunk);
+            }
+        }
         Ok(GraphDefinition { graph: clone })
     }
 

@@ -2,7 +2,7 @@
 
 use cudarc::driver::sys;
 
-use crate::driver::graph::TreeState;
+use crate::driver::graph::{Owner, Owners, TreeState};
 use crate::error::{Error, Result};
 
 /// A node of one graph: the value the `add_*` methods of [`GraphDefinition`](crate::GraphDefinition)
@@ -120,10 +120,17 @@ pub(crate) fn token(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> 
     }
 }
 
-/// Registers a node the driver just created: it gets a new serial even if a destroyed node had
-/// its address.
-pub(crate) fn fresh(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
-    let serial = tree.nodes.insert(graph, raw as usize);
+/// Registers a node the driver just created, holding `owners` (what it uses) until it is
+/// destroyed: it gets a new serial even if a destroyed node had its address. What a node
+/// forgotten on the way held is pushed to `released`, to be dropped once the tree is unlocked.
+pub(crate) fn fresh(
+    tree: &mut TreeState,
+    graph: u64,
+    raw: sys::CUgraphNode,
+    owners: Owners,
+    released: &mut Vec<Owner>,
+) -> GraphNode {
+    let serial = tree.nodes.insert(graph, raw as usize, owners, released);
     GraphNode {
         graph,
         raw: raw as usize,
@@ -168,14 +175,23 @@ pub(crate) fn check_edge(
     Ok((a, b))
 }
 
-/// Forgets a destroyed node; if it was a conditional node this crate made, its body graphs
-/// (freed by the driver with it) are marked dead.
-pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) {
-    tree.nodes.remove(graph, node.raw, node.serial);
+/// Forgets a destroyed node and returns what it used, to be dropped once the tree is unlocked
+/// (a value's `Drop` may call back into this crate). If it was a conditional node this crate
+/// made, its body graphs (freed by the driver with it) are marked dead and their nodes forgotten
+/// too.
+#[must_use = "the owners are dropped by the caller, after unlocking the tree"]
+pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) -> Vec<Owner> {
+    let mut released: Vec<Owner> = tree
+        .nodes
+        .remove(graph, node.raw, node.serial)
+        .into_iter()
+        .collect();
     tree.unfreed.remove(&(graph, node.raw));
     if let Some(bodies) = tree.bodies.remove(&(graph, node.raw)) {
+        released.extend(tree.nodes.remove_graphs(&bodies));
         tree.dead.extend(bodies);
     }
+    released
 }
 
 #[cfg(test)]
@@ -186,10 +202,14 @@ mod tests {
         n as sys::CUgraphNode
     }
 
+    fn fresh1(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
+        fresh(tree, graph, raw, Owners::new(), &mut Vec::new())
+    }
+
     #[test]
     fn a_registered_node_checks_out() {
         let mut tree = TreeState::default();
-        let a = fresh(&mut tree, 1, raw(0x100));
+        let a = fresh1(&mut tree, 1, raw(0x100));
         assert_eq!(check(&tree, 1, &a).unwrap(), raw(0x100));
         // Seeing it again (e.g. in `nodes()`) gives the same token.
         assert_eq!(token(&mut tree, 1, raw(0x100)), a);
@@ -198,9 +218,9 @@ mod tests {
     #[test]
     fn a_node_of_another_graph_is_foreign() {
         let mut tree = TreeState::default();
-        let a = fresh(&mut tree, 1, raw(0x100));
+        let a = fresh1(&mut tree, 1, raw(0x100));
         assert!(matches!(check(&tree, 2, &a), Err(Error::ForeignNode)));
-        let b = fresh(&mut tree, 2, raw(0x200));
+        let b = fresh1(&mut tree, 2, raw(0x200));
         assert!(matches!(
             check_edge(&tree, 1, &a, &b),
             Err(Error::ForeignNode)
@@ -210,14 +230,14 @@ mod tests {
     #[test]
     fn a_destroyed_node_stays_destroyed_even_if_its_address_is_reused() {
         let mut tree = TreeState::default();
-        let old = fresh(&mut tree, 1, raw(0x100));
-        forget(&mut tree, 1, &old);
+        let old = fresh1(&mut tree, 1, raw(0x100));
+        let _ = forget(&mut tree, 1, &old);
         assert!(matches!(check(&tree, 1, &old), Err(Error::DestroyedNode)));
-        let new = fresh(&mut tree, 1, raw(0x100));
+        let new = fresh1(&mut tree, 1, raw(0x100));
         assert_ne!(old, new);
         assert!(check(&tree, 1, &new).is_ok());
         assert!(matches!(check(&tree, 1, &old), Err(Error::DestroyedNode)));
-        let other = fresh(&mut tree, 1, raw(0x300));
+        let other = fresh1(&mut tree, 1, raw(0x300));
         assert!(matches!(
             check_edge(&tree, 1, &old, &other),
             Err(Error::DestroyedNode)
@@ -229,23 +249,23 @@ mod tests {
         let mut tree = TreeState::default();
         let mut old = Vec::new();
         for round in 0..100usize {
-            let a = fresh(&mut tree, 1, raw(0x1000 + round));
-            let b = fresh(&mut tree, 1, raw(0x9000 + round));
+            let a = fresh1(&mut tree, 1, raw(0x1000 + round));
+            let b = fresh1(&mut tree, 1, raw(0x9000 + round));
             assert!(check(&tree, 1, &a).is_ok() && check(&tree, 1, &b).is_ok());
-            forget(&mut tree, 1, &a);
-            forget(&mut tree, 1, &b);
+            let _ = forget(&mut tree, 1, &a);
+            let _ = forget(&mut tree, 1, &b);
             old.push(a);
             old.push(b);
         }
         // Two slots served all 200 nodes; none of the old tokens passes.
-        let live = fresh(&mut tree, 1, raw(0x100));
+        let live = fresh1(&mut tree, 1, raw(0x100));
         assert!(old
             .iter()
             .all(|t| matches!(check(&tree, 1, t), Err(Error::DestroyedNode))));
         assert!(check(&tree, 1, &live).is_ok());
         // Forgetting a stale token does not touch the live node that reuses its slot.
-        forget(&mut tree, 1, &old[0]);
-        forget(&mut tree, 1, &old[1]);
+        let _ = forget(&mut tree, 1, &old[0]);
+        let _ = forget(&mut tree, 1, &old[1]);
         assert!(check(&tree, 1, &live).is_ok());
         // Looking nodes up by address after that finds the live one only.
         assert_eq!(token(&mut tree, 1, raw(0x100)), live);
@@ -255,9 +275,55 @@ mod tests {
     }
 
     #[test]
+    fn a_node_holds_its_owners_until_it_is_forgotten_and_snapshots_hold_them_longer() {
+        use std::sync::Arc;
+        let mut tree = TreeState::default();
+        let buf: Owner = Arc::new(7u32);
+        let body_buf: Owner = Arc::new(8u32);
+        let watch = Arc::downgrade(&buf);
+        let watch_body = Arc::downgrade(&body_buf);
+        let mut released = Vec::new();
+        let a = fresh(
+            &mut tree,
+            1,
+            raw(0x100),
+            [buf].into_iter().collect(),
+            &mut released,
+        );
+        // A conditional node in graph 1 whose body is graph 5, with a node that uses `body_buf`.
+        let c = fresh1(&mut tree, 1, raw(0x200));
+        tree.bodies.insert((1, 0x200), vec![5]);
+        let _ = fresh(
+            &mut tree,
+            5,
+            raw(0x300),
+            [body_buf].into_iter().collect(),
+            &mut released,
+        );
+        assert!(released.is_empty());
+        // An exec made now holds both.
+        let exec_keep = tree.snapshot();
+        let dropped = forget(&mut tree, 1, &a);
+        assert_eq!(dropped.len(), 1);
+        drop(dropped);
+        assert!(watch.upgrade().is_some(), "the snapshot still holds it");
+        let dropped = forget(&mut tree, 1, &c);
+        assert_eq!(
+            dropped.len(),
+            1,
+            "the body's node went with its conditional node"
+        );
+        drop(dropped);
+        assert!(watch_body.upgrade().is_some());
+        assert!(tree.snapshot().is_empty(), "the tree holds nothing now");
+        drop(exec_keep);
+        assert!(watch.upgrade().is_none() && watch_body.upgrade().is_none());
+    }
+
+    #[test]
     fn a_self_edge_is_refused() {
         let mut tree = TreeState::default();
-        let a = fresh(&mut tree, 1, raw(0x100));
+        let a = fresh1(&mut tree, 1, raw(0x100));
         assert!(matches!(
             check_edge(&tree, 1, &a, &a),
             Err(Error::InvalidArgument(_))
@@ -267,9 +333,9 @@ mod tests {
     #[test]
     fn destroying_a_conditional_node_kills_its_bodies() {
         let mut tree = TreeState::default();
-        let c = fresh(&mut tree, 1, raw(0x100));
+        let c = fresh1(&mut tree, 1, raw(0x100));
         tree.bodies.insert((1, 0x100), vec![7, 8]);
-        forget(&mut tree, 1, &c);
+        let _ = forget(&mut tree, 1, &c);
         assert!(tree.dead.contains(&7) && tree.dead.contains(&8));
     }
 

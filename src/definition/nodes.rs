@@ -11,8 +11,7 @@ use crate::core::source::FinishedGraph;
 use crate::driver;
 use crate::driver::compat;
 use crate::driver::context::PrimaryContext;
-use crate::driver::graph::lock_two;
-use crate::driver::graph::TreeState;
+use crate::driver::graph::{lock_two, Owner, Owners};
 use crate::error::{Error, Result};
 use crate::runtime::{
     DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig,
@@ -226,7 +225,7 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         live: &[&GraphNode],
-        keep: impl FnOnce(&mut TreeState),
+        owners: impl FnOnce(&mut Owners),
         add: impl FnOnce(
             sys::CUgraph,
             *const sys::CUgraphNode,
@@ -234,14 +233,19 @@ impl GraphDefinition {
             &mut sys::CUgraphNode,
         ) -> Result<()>,
     ) -> Result<GraphNode> {
+        let mut held = Owners::new();
+        owners(&mut held);
+        let mut released = Vec::new();
         let mut locked = self.lock()?;
         let graph = self.handle();
         let raw_deps = node::check_all(&locked.tree, graph.id, deps)?;
         node::check_all(&locked.tree, graph.id, live)?;
-        keep(&mut locked.tree);
         let mut out = std::ptr::null_mut();
         add(graph.raw, deps_ptr(&raw_deps), raw_deps.len(), &mut out)?;
-        Ok(node::fresh(&mut locked.tree, graph.id, out))
+        let node = node::fresh(&mut locked.tree, graph.id, out, held, &mut released);
+        drop(locked);
+        drop(released);
+        Ok(node)
     }
 
     fn same_device(&self, ctx: &Arc<PrimaryContext>, what: &str) -> Result<()> {
@@ -296,11 +300,9 @@ impl GraphDefinition {
             kern: std::ptr::null_mut(),
             ctx: self.handle().ctx.raw,
         };
-        let keep = |tree: &mut TreeState| {
-            tree.keep(&function.module);
-            for k in &args.keep {
-                tree.keep_dyn(k);
-            }
+        let keep = |owners: &mut Owners| {
+            owners.push(function.module.clone());
+            owners.extend(args.keep.iter().cloned());
         };
         self.add_node_with(deps, &[], keep, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` points at
@@ -372,7 +374,7 @@ impl GraphDefinition {
         self.add_node_with(
             deps,
             &[],
-            |tree: &mut TreeState| tree.keep(&buf.alloc),
+            |owners: &mut Owners| owners.push(buf.alloc.clone()),
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the shape lies inside
                 // the buffer (checked), which the graph keeps alive.
@@ -434,9 +436,9 @@ impl GraphDefinition {
             Height: 1,
             Depth: 1,
         };
-        let keep = |tree: &mut TreeState| {
-            tree.keep(&dst.alloc);
-            tree.keep(&src.alloc);
+        let keep = |owners: &mut Owners| {
+            owners.push(dst.alloc.clone());
+            owners.push(src.alloc.clone());
         };
         let ctx = self.handle().ctx.raw;
         self.add_node_with(deps, &[], keep, |g, d, n, out| {
@@ -494,7 +496,7 @@ impl GraphDefinition {
         self.add_node_with(
             deps,
             &[],
-            |tree: &mut TreeState| tree.keep(&event.handle),
+            |owners: &mut Owners| owners.push(event.handle.clone()),
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the graph keeps the
                 // event alive.
@@ -518,7 +520,7 @@ impl GraphDefinition {
         self.add_node_with(
             deps,
             &[],
-            |tree: &mut TreeState| tree.keep(&event.handle),
+            |owners: &mut Owners| owners.push(event.handle.clone()),
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; the graph keeps the
                 // event alive.
@@ -558,7 +560,7 @@ impl GraphDefinition {
         let node = self.add_node_with(
             deps,
             &[],
-            |t| t.keep_dyn(&keep),
+            |owners| owners.push(keep),
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `userData` stays valid
                 // while the graph holds the closure (moved in just before); the function never
@@ -596,13 +598,17 @@ impl GraphDefinition {
             ));
         }
         graph.ctx.bind()?;
-        let (mut tree, child_tree) = lock_two(graph, child);
+        let (mut tree, mut child_tree) = lock_two(graph, child);
         super::check_usable(graph, &tree)?;
-        if let Some(c) = &child_tree {
+        // The node holds what `child`'s nodes use now (its own copy keeps using them after
+        // `child`'s nodes change or go), and `child` itself.
+        let mut owners = Owners::new();
+        owners.push(child.root());
+        if let Some(c) = child_tree.as_deref_mut() {
             c.check_complete()?;
+            owners.extend(c.snapshot().into_iter().map(|chunk| chunk as Owner));
         }
         let raw_deps = node::check_all(&tree, graph.id, deps)?;
-        tree.keep(&child.root());
         let mut out = std::ptr::null_mut();
         // SAFETY: both graphs are live and their trees locked; `raw_deps` are checked nodes of
         // `graph`; the driver copies `child`.
@@ -615,7 +621,11 @@ impl GraphDefinition {
                 child.raw,
             )
         }?;
-        Ok(node::fresh(&mut tree, graph.id, out))
+        let mut released = Vec::new();
+        let node = node::fresh(&mut tree, graph.id, out, owners, &mut released);
+        drop((tree, child_tree));
+        drop(released);
+        Ok(node)
     }
 
     /// Adds a memory allocation node (`cuGraphAddMemAllocNode`) of `bytes` bytes of device

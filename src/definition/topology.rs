@@ -209,7 +209,11 @@ impl GraphDefinition {
         // SAFETY: `raw` is a live node of the locked graph; its token is forgotten right after,
         // so it is never passed to the driver again.
         unsafe { driver::graph::destroy_node(raw) }?;
-        node::forget(&mut locked.tree, g.id, &node);
+        let released = node::forget(&mut locked.tree, g.id, &node);
+        // What the node used goes once the tree is unlocked (a `Drop` may call back into this
+        // crate); execs and copies made before hold their own references.
+        drop(locked);
+        drop(released);
         Ok(())
     }
 }

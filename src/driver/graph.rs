@@ -69,12 +69,24 @@ pub(crate) type IdSet<K> = HashSet<K, Ids>;
 /// A batch of values that graphs and execs keep alive (see [`TreeState::snapshot`]).
 pub(crate) type KeepChunk = Arc<Vec<Arc<dyn Any + Send + Sync>>>;
 
+/// A value that a node uses and that must outlive it (a buffer's allocation, a module, a
+/// callback's state, an event, an embedded graph's operands).
+pub(crate) type Owner = Arc<dyn Any + Send + Sync>;
+
+/// What one node uses: held by its slot in the [`NodeTable`] until the node is destroyed.
+pub(crate) type Owners = smallvec::SmallVec<[Owner; 1]>;
+
 /// What the lock of a graph tree (a root graph and its conditional bodies) guards besides the
 /// driver calls: the bookkeeping of explicit definitions.
-/// The live nodes of a tree that this crate handed out tokens for: a slab of slots, each with a
-/// generation, so that checking a token is one array read and adding a node one push (no hashing
-/// on the path that builds a graph). A token's serial is `generation << 32 | slot`. Looking a node
-/// up by its address (for nodes the driver lists) uses an index made on first need.
+/// The live nodes of a tree that this crate handed out tokens for, and what each uses: a slab of
+/// slots, each with a generation, so that checking a token is one array read and adding a node
+/// one push (no hashing on the path that builds a graph). A token's serial is
+/// `generation << 32 | slot`. Looking a node up by its address (for nodes the driver lists) uses
+/// an index made on first need.
+///
+/// Each slot holds the node's owners: what the node uses lives while the node does (execs and
+/// copies made before hold their own references, see [`TreeState::snapshot`]), and is released
+/// when the node is destroyed.
 #[derive(Debug, Default)]
 pub(crate) struct NodeTable {
     slots: Vec<NodeSlot>,
@@ -82,26 +94,40 @@ pub(crate) struct NodeTable {
     free: Vec<u32>,
     /// `(graph id, raw node)` → slot, once something looked a node up by address.
     index: Option<IdMap<(u64, usize), u32>>,
+    /// Every live node's owners in one chunk, as the last snapshot made it; `None` once a node
+    /// with owners was added or forgotten since.
+    owners_chunk: Option<KeepChunk>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct NodeSlot {
     graph: u64,
     raw: usize,
     generation: u32,
     live: bool,
+    owners: Owners,
 }
 
 impl NodeTable {
-    /// Registers a node the driver just made in graph `graph`; returns its serial. A node that
-    /// the index still lists at the same address (destroyed, its address reused) is forgotten.
-    pub(crate) fn insert(&mut self, graph: u64, raw: usize) -> u64 {
+    /// Registers a node the driver just made in graph `graph`, holding `owners`; returns its
+    /// serial. A node that the index still lists at the same address (destroyed, its address
+    /// reused) is forgotten; its owners are returned in `released`.
+    pub(crate) fn insert(
+        &mut self,
+        graph: u64,
+        raw: usize,
+        owners: Owners,
+        released: &mut Vec<Owner>,
+    ) -> u64 {
         if let Some(old) = self
             .index
             .as_ref()
             .and_then(|i| i.get(&(graph, raw)).copied())
         {
-            self.release(old);
+            released.extend(self.release(old));
+        }
+        if !owners.is_empty() {
+            self.owners_chunk = None;
         }
         let slot = match self.free.pop() {
             Some(i) => {
@@ -110,6 +136,7 @@ impl NodeTable {
                 s.raw = raw;
                 s.generation = s.generation.wrapping_add(1);
                 s.live = true;
+                s.owners = owners;
                 i
             }
             None => {
@@ -118,6 +145,7 @@ impl NodeTable {
                     raw,
                     generation: 0,
                     live: true,
+                    owners,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -144,7 +172,8 @@ impl NodeTable {
         self.slot_of(graph, raw, serial).is_some()
     }
 
-    /// The serial of the live node at `raw` in `graph`, registering it if it is new.
+    /// The serial of the live node at `raw` in `graph`, registering it (with no owners) if it is
+    /// new.
     pub(crate) fn lookup_or_insert(&mut self, graph: u64, raw: usize) -> u64 {
         let index = self.index.get_or_insert_with(|| {
             self.slots
@@ -156,29 +185,66 @@ impl NodeTable {
         });
         match index.get(&(graph, raw)) {
             Some(&slot) => Self::serial(slot, self.slots[slot as usize].generation),
-            None => self.insert(graph, raw),
+            None => self.insert(graph, raw, Owners::new(), &mut Vec::new()),
         }
     }
 
-    /// Forgets the node `(graph, raw, serial)` if it is live.
-    pub(crate) fn remove(&mut self, graph: u64, raw: usize, serial: u64) {
-        if let Some(slot) = self.slot_of(graph, raw, serial) {
-            self.release(slot);
+    /// Forgets the node `(graph, raw, serial)` if it is live, and returns what it held (for the
+    /// caller to drop once the tree lock is released).
+    pub(crate) fn remove(&mut self, graph: u64, raw: usize, serial: u64) -> Owners {
+        match self.slot_of(graph, raw, serial) {
+            Some(slot) => self.release(slot),
+            None => Owners::new(),
         }
     }
 
-    fn release(&mut self, slot: u32) {
+    /// Forgets every node of the graphs `dead` (conditional bodies the driver freed with their
+    /// node), returning what they held.
+    pub(crate) fn remove_graphs(&mut self, dead: &[u64]) -> Vec<Owner> {
+        let doomed: Vec<u32> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.live && dead.contains(&s.graph))
+            .map(|(i, _)| i as u32)
+            .collect();
+        doomed.into_iter().flat_map(|i| self.release(i)).collect()
+    }
+
+    fn release(&mut self, slot: u32) -> Owners {
         let s = &mut self.slots[slot as usize];
         if !s.live {
-            return;
+            return Owners::new();
         }
         s.live = false;
+        let owners = std::mem::take(&mut s.owners);
         if let Some(index) = self.index.as_mut() {
             if index.get(&(s.graph, s.raw)) == Some(&slot) {
                 index.remove(&(s.graph, s.raw));
             }
         }
         self.free.push(slot);
+        if !owners.is_empty() {
+            self.owners_chunk = None;
+        }
+        owners
+    }
+
+    /// Every live node's owners, in one shared chunk (made again only after a change).
+    fn owners_chunk(&mut self) -> Option<KeepChunk> {
+        if self.owners_chunk.is_none() {
+            let all: Vec<Owner> = self
+                .slots
+                .iter()
+                .filter(|s| s.live)
+                .flat_map(|s| s.owners.iter().cloned())
+                .collect();
+            if all.is_empty() {
+                return None;
+            }
+            self.owners_chunk = Some(Arc::new(all));
+        }
+        self.owners_chunk.clone()
     }
 }
 
@@ -198,8 +264,9 @@ pub(crate) struct TreeState {
     /// cloning refuse the whole tree while any capture records (a leaked body builder's capture
     /// never ends).
     pub(crate) captures: IdMap<u64, u64>,
-    /// Operands used by nodes of this tree (captured or added explicitly), added since the last
-    /// [`TreeState::snapshot`].
+    /// Operands used by captured nodes of this tree (and what clones and captured embeds hold),
+    /// added since the last [`TreeState::snapshot`]. Nodes added explicitly hold theirs in
+    /// [`TreeState::nodes`], so that destroying a node releases what it used.
     pending: Vec<Arc<dyn Any + Send + Sync>>,
     /// Earlier operands, in chunks shared with the execs instantiated from this tree: an exec
     /// holds the chunks that existed when it was made.
@@ -277,7 +344,9 @@ impl TreeState {
             self.chunks
                 .push(Arc::new(std::mem::take(&mut self.pending)));
         }
-        self.chunks.clone()
+        let mut all = self.chunks.clone();
+        all.extend(self.nodes.owners_chunk());
+        all
     }
 }
 

@@ -83,8 +83,8 @@ struct ExecState {
     source: Option<Arc<GraphHandle>>,
     /// What the nodes of the graph it was instantiated from used.
     keep: Vec<KeepChunk>,
-    /// The source of the latest update: the exec may use its operands.
-    current: Option<Arc<GraphHandle>>,
+    /// The source of the latest update, and what its nodes used then: the exec uses them.
+    current: Option<(Arc<GraphHandle>, Vec<KeepChunk>)>,
     /// The stream of the latest launch.
     last_stream: Option<Stream>,
     /// Whether the exec was launched since the latest update.
@@ -381,7 +381,7 @@ impl Graph {
             error_node: std::ptr::null_mut(),
             error_from_node: std::ptr::null_mut(),
         };
-        let tree = graph.lock();
+        let mut tree = graph.lock();
         tree.check_complete()?;
         // SAFETY: exec and graph are live, the graph's tree locked; `info` is a valid out pointer
         // with the layout of `CUgraphExecUpdateResultInfo` (asserted above), its `result` a `u32`
@@ -393,6 +393,13 @@ impl Graph {
                 (&mut info as *mut UpdateResultInfo).cast(),
             )
         };
+        // What the source's nodes use now: the exec uses it from here on, whatever happens to
+        // the source's nodes later.
+        let keep = if r.is_ok() && update_failure(info.result).is_none() {
+            tree.snapshot()
+        } else {
+            Vec::new()
+        };
         drop(tree);
         let failure = update_failure(info.result);
         if failure.is_some() || r.is_err() {
@@ -403,7 +410,7 @@ impl Graph {
             });
         }
         // Launches made so far may still use the previous source's operands.
-        if let Some(previous) = state.current.replace(graph.root()) {
+        if let Some(previous) = state.current.replace((graph.root(), keep)) {
             if state.launched_since_update {
                 state.release_after_last_launch(Box::new(previous));
             } else {

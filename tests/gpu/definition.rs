@@ -190,6 +190,21 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         body_operands_live_as_long_as_the_exec,
     ),
     (
+        "definition::destroying_a_node_releases_what_it_used",
+        GPU,
+        destroying_a_node_releases_what_it_used,
+    ),
+    (
+        "definition::clones_children_and_updated_execs_keep_a_destroyed_nodes_operands",
+        GPU,
+        clones_children_and_updated_execs_keep_a_destroyed_nodes_operands,
+    ),
+    (
+        "definition::destroying_a_conditional_node_releases_its_bodies_operands",
+        V12_3,
+        destroying_a_conditional_node_releases_its_bodies_operands,
+    ),
+    (
         "definition::concurrent_additions_from_threads",
         GPU,
         concurrent_additions_from_threads,
@@ -1361,5 +1376,123 @@ fn dot_print_of_a_definition(gpu: &Gpu) -> TestResult {
         def.debug_dot_print("/nonexistent-dir/x.dot", &GraphDebugPrintOptions::default()),
         Err(Error::Io { .. })
     ));
+    Ok(())
+}
+
+// ---- per-node ownership ----------------------------------------------------------------------
+
+/// What a node uses goes when the node is destroyed — unless an exec made before still uses it,
+/// and then when that exec goes.
+fn destroying_a_node_releases_what_it_used(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (a, b) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let (wa, wb) = (a.release_observer(), b.release_observer());
+    // add_one(int*) on a one-int buffer.
+    let ka = k(&def, &[], &add_one, one(), args![&a])?;
+    let mb = def.add_memset(&[], &b, 0x0101_0101i32)?;
+    drop((a, b));
+    assert!(stays(|| !wa.is_released()) && !wb.is_released());
+    def.destroy_node(ka)?;
+    assert!(
+        eventually(|| wa.is_released()),
+        "a is released with the node that used it, while the definition lives"
+    );
+    let exec = def.instantiate(&GraphCompleteOptions::default())?;
+    def.destroy_node(mb)?;
+    assert!(
+        stays(|| !wb.is_released()),
+        "the exec made before still uses b"
+    );
+    launch(gpu, &exec)?;
+    drop(exec);
+    assert!(
+        eventually(|| wb.is_released()),
+        "b goes with the last exec that used it"
+    );
+    assert_eq!(def.nodes()?.len(), 0);
+    Ok(())
+}
+
+/// A clone, a child-graph node (nested two deep) and an exec updated from a definition each
+/// keep what the source's nodes used when they were made, after the source's node is destroyed.
+fn clones_children_and_updated_execs_keep_a_destroyed_nodes_operands(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let a = gpu.device.alloc_zeroed::<i32>(1)?;
+    let wa = a.release_observer();
+    let source = GraphDefinition::new(&gpu.device)?;
+    let ka = k(&source, &[], &add_one, one(), args![&a])?;
+    let clone = source.try_clone()?;
+    let parent = GraphDefinition::new(&gpu.device)?;
+    let child_node = parent.add_child_graph(&[], &source)?;
+    let grandparent = GraphDefinition::new(&gpu.device)?;
+    let outer = grandparent.add_child_graph(&[], &parent)?;
+    // An exec of the same shape (one add_one node) on another buffer, updated from `source`.
+    let other = gpu.device.alloc_zeroed::<i32>(1)?;
+    let shape = GraphDefinition::new(&gpu.device)?;
+    k(&shape, &[], &add_one, one(), args![&other])?;
+    let mut exec = shape.instantiate(&GraphCompleteOptions::default())?;
+    exec.update(&source)?;
+    source.destroy_node(ka)?;
+    drop(source);
+    // Each holder runs add_one on `a`: clone, grandparent (through parent), the exec.
+    run(gpu, &clone)?;
+    run(gpu, &grandparent)?;
+    launch(gpu, &exec)?;
+    assert_eq!(a.to_vec()?, [3], "every copy still adds to a");
+    assert_eq!(
+        other.to_vec()?,
+        [0],
+        "the updated exec no longer uses its first buffer"
+    );
+    drop(a);
+    assert!(stays(|| !wa.is_released()), "the holders keep a");
+    drop(clone);
+    assert!(
+        stays(|| !wa.is_released()),
+        "the exec and the children keep a"
+    );
+    drop(exec);
+    assert!(
+        stays(|| !wa.is_released()),
+        "the child-graph nodes still hold a"
+    );
+    parent.destroy_node(child_node)?;
+    assert!(
+        stays(|| !wa.is_released()),
+        "the grandparent's copy of parent still holds a"
+    );
+    grandparent.destroy_node(outer)?;
+    assert!(
+        eventually(|| wa.is_released()),
+        "a goes with the last child-graph node that used it"
+    );
+    drop((parent, grandparent));
+    Ok(())
+}
+
+/// Destroying a conditional node frees its bodies in the driver; what the bodies' nodes used
+/// goes with them.
+fn destroying_a_conditional_node_releases_its_bodies_operands(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let def = GraphDefinition::new(&gpu.device)?;
+    let h = def.create_conditional_handle(Some(1))?;
+    let (node, body) = def.add_if(&[], &h)?;
+    let a = gpu.device.alloc_zeroed::<i32>(1)?;
+    let wa = a.release_observer();
+    k(&body, &[], &add_one, one(), args![&a])?;
+    run(gpu, &def)?;
+    assert_eq!(a.to_vec()?, [1]);
+    drop(a);
+    assert!(stays(|| !wa.is_released()), "the body's node holds a");
+    def.destroy_node(node)?;
+    assert!(
+        eventually(|| wa.is_released()),
+        "a goes with the conditional node's body"
+    );
+    drop(body);
     Ok(())
 }
