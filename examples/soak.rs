@@ -10,7 +10,7 @@
 //!
 //! Options: `--cycles N` (else the env var `SOAK_CYCLES`, else 2000), `--warmup N` (default 200),
 //! `--only NAME` (one of `capture`, `explicit`, `fork_join`, `conditional`, `failed_update`,
-//! `panic_callback`), `--help`. Exit status: 0 when every loop is flat (or the soak is skipped
+//! `panic_callback`, `edit`), `--help`. Exit status: 0 when every loop is flat (or the soak is skipped
 //! because there is no driver or GPU), 1 when a loop grows or fails, 2 for a bad command line.
 //!
 //! # What one cycle is
@@ -26,6 +26,7 @@
 //! | `fork_join` | `split::<2>()`, `add_one_at` on each fork, `join`, end, complete, launch, sync | 3 streams and 3 events made per cycle; record/wait to fork, a launch per fork stream, record/wait to join; end, instantiate, launch, sync, destroy all |
 //! | `conditional` | capture with an IF node (`create_conditional_handle(Some(1))`, `if_then`, body: `add_one`), end, complete, launch, sync | capture; `cuStreamGetCaptureInfo_v3`, `cuGraphConditionalHandleCreate` (default 1), `cuGraphAddNode_v2` (IF), `cuStreamUpdateCaptureDependencies_v2`; the body captured on its own stream with `cuStreamBeginCaptureToGraph` (`add_one`); end, instantiate, launch, sync, destroy |
 //! | `failed_update` | capture A (1 launch), complete; capture B (2 launches); `graph.update(&b)` must fail; launch A, sync | the same with `cuGraphExecUpdate_v2`, which must fail |
+//! | `edit` | one long-lived `GraphDefinition`: each cycle allocates a 64-int buffer, adds an `add_one` node on it, destroys the previous cycle's node, drops the buffer handle; instantiate, launch, sync | one long-lived graph: `cuMemAlloc_v2` + `cuMemsetD8_v2`, `cuGraphAddKernelNode_v2`, `cuGraphDestroyNode` of the previous node and `cuMemFree_v2` of its buffer; instantiate, launch, sync, destroy the exec |
 //! | `panic_callback` | capture `callback(\|\| panic!("soak"))` + `add_one`, complete, launch, sync; `check()` must report the panic | capture `cuLaunchHostFunc` of an `extern "C"` no-op + `add_one`; instantiate, launch, sync, destroy |
 //!
 //! Where the crate makes a stream per builder (`device.create_graph_builder()`, forks, conditional
@@ -62,7 +63,7 @@
 //! Device memory moves in large steps (pools of often 2 MiB), so a loop that is not flat is
 //! measured a second time: a leak grows again, a one-off step does not, and the verdict is the
 //! second measurement's. The raw control growing too points at the driver, not the crate. The last
-//! line sums up: `soak: 6 loops, 6 flat, 0 growing` (with failed and skipped loops, if any).
+//! line sums up: `soak: 7 loops, 7 flat, 0 growing` (with failed and skipped loops, if any).
 //!
 //! Without a CUDA driver or GPU (`Device::new(0)` fails) it prints one line saying why the soak is
 //! skipped and exits with status 0. The conditional loop needs driver 12.3 and, as in the GPU test
@@ -188,15 +189,17 @@ enum Kind {
     Conditional,
     FailedUpdate,
     PanicCallback,
+    Edit,
 }
 
-const KINDS: [Kind; 6] = [
+const KINDS: [Kind; 7] = [
     Kind::Capture,
     Kind::Explicit,
     Kind::ForkJoin,
     Kind::Conditional,
     Kind::FailedUpdate,
     Kind::PanicCallback,
+    Kind::Edit,
 ];
 
 impl Kind {
@@ -208,6 +211,7 @@ impl Kind {
             Kind::Conditional => "conditional",
             Kind::FailedUpdate => "failed_update",
             Kind::PanicCallback => "panic_callback",
+            Kind::Edit => "edit",
         }
     }
 
@@ -241,6 +245,11 @@ impl Kind {
             ],
             Kind::FailedUpdate => &["cuGraphExecUpdate_v2"],
             Kind::PanicCallback => &["cuLaunchHostFunc"],
+            Kind::Edit => &[
+                "cuGraphCreate",
+                "cuGraphAddKernelNode_v2",
+                "cuGraphDestroyNode",
+            ],
         }
     }
 }
@@ -254,7 +263,7 @@ struct Options {
 const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME]
   --cycles N   measured cycles per loop and side (default: $SOAK_CYCLES, else 2000)
   --warmup N   cycles per side before measuring (default 200)
-  --only NAME  one loop: capture, explicit, fork_join, conditional, failed_update, panic_callback
+  --only NAME  one loop: capture, explicit, fork_join, conditional, failed_update, panic_callback, edit
 Exit status: 0 all flat (or skipped: no driver/GPU), 1 a loop grows or fails, 2 bad usage.";
 
 fn positive(what: &str, v: &str) -> Result<u64, String> {
@@ -317,6 +326,8 @@ struct CrateSide {
     add_one: Function,
     add_one_at: Function,
     buf: DeviceBuffer<i32>,
+    /// The `edit` loop's long-lived definition and its latest node.
+    edited: std::sync::Mutex<Option<(GraphDefinition, Option<GraphNode>)>>,
 }
 
 impl CrateSide {
@@ -326,6 +337,7 @@ impl CrateSide {
             add_one: module.function("add_one")?,
             add_one_at: module.function("add_one_at")?,
             buf: device.alloc_zeroed::<i32>(BUF_LEN)?,
+            edited: std::sync::Mutex::new(None),
             device,
         })
     }
@@ -338,6 +350,7 @@ impl CrateSide {
             Kind::Conditional => self.conditional(stream),
             Kind::FailedUpdate => return self.failed_update(stream),
             Kind::PanicCallback => return self.panic_callback(stream),
+            Kind::Edit => self.edit(stream),
         };
         r.map_err(|e| format!("crate: {e}"))
     }
@@ -377,6 +390,34 @@ impl CrateSide {
                 &self.add_one_args(),
             )?;
         }
+        let graph = def.instantiate(&GraphCompleteOptions::default())?;
+        graph.launch(stream)?;
+        stream.synchronize()
+    }
+
+    fn edit(&self, stream: &Stream) -> cuda_graph::Result<()> {
+        let mut edited = self.edited.lock().unwrap_or_else(|p| p.into_inner());
+        if edited.is_none() {
+            *edited = Some((GraphDefinition::new(&self.device)?, None));
+        }
+        let Some((def, last)) = edited.as_mut() else {
+            unreachable!("set above")
+        };
+        let buf = self.device.alloc_zeroed::<i32>(BUF_LEN)?;
+        // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
+        let node = unsafe {
+            def.add_kernel(
+                &[],
+                &self.add_one,
+                LaunchConfig::single(),
+                &KernelArgs::new().arg(&buf),
+            )?
+        };
+        // The previous cycle's node goes, and with it (no exec uses it any more) its buffer.
+        if let Some(previous) = last.replace(node) {
+            def.destroy_node(previous)?;
+        }
+        drop(buf);
         let graph = def.instantiate(&GraphCompleteOptions::default())?;
         graph.launch(stream)?;
         stream.synchronize()
@@ -646,6 +687,8 @@ struct Raw {
     add_one: sys::CUfunction,
     add_one_at: sys::CUfunction,
     buf: sys::CUdeviceptr,
+    /// The `edit` loop's long-lived graph, its latest node and that node's buffer.
+    edited: std::cell::Cell<(sys::CUgraph, sys::CUgraphNode, sys::CUdeviceptr)>,
 }
 
 impl Raw {
@@ -659,6 +702,7 @@ impl Raw {
             add_one: null_mut(),
             add_one_at: null_mut(),
             buf: 0,
+            edited: std::cell::Cell::new((null_mut(), null_mut(), 0)),
         };
         raw.bind()?;
         raw.module = raw::load_module(KERNELS)?;
@@ -778,6 +822,7 @@ impl Raw {
             Kind::Conditional => self.conditional(s, &mut owned)?,
             Kind::FailedUpdate => self.failed_update(s, &mut owned)?,
             Kind::PanicCallback => self.host_func(s, &mut owned)?,
+            Kind::Edit => self.edit(s, &mut owned)?,
         }
         owned.destroy()
     }
@@ -792,12 +837,50 @@ impl Raw {
         self.launch_sync(exec, s)
     }
 
+    fn edit(&self, s: sys::CUstream, owned: &mut Owned) -> Result<(), String> {
+        let (mut g, previous, previous_buf) = self.edited.get();
+        if g.is_null() {
+            // SAFETY: the context is current; `g` is a valid out pointer.
+            ok("cuGraphCreate", unsafe { sys::cuGraphCreate(&mut g, 0) })?;
+            self.edited.set((g, null_mut(), 0));
+        }
+        let mut buf = 0;
+        let bytes = BUF_LEN * std::mem::size_of::<i32>();
+        // SAFETY: the context is current; the memset stays inside the new allocation.
+        unsafe {
+            ok("cuMemAlloc_v2", sys::cuMemAlloc_v2(&mut buf, bytes))?;
+            ok("cuMemsetD8_v2", sys::cuMemsetD8_v2(buf, 0, bytes))?;
+        }
+        let node = self.kernel_node_on(g, &[], buf)?;
+        self.edited.set((g, node, buf));
+        if !previous.is_null() {
+            // SAFETY: `previous` is a live node of `g`; no exec made from `g` is alive (each
+            // cycle destroys its own after its launch finished), so its buffer is unused.
+            unsafe {
+                ok("cuGraphDestroyNode", sys::cuGraphDestroyNode(previous))?;
+                ok("cuMemFree_v2", sys::cuMemFree_v2(previous_buf))?;
+            }
+        }
+        let exec = self.instantiate(g, owned)?;
+        self.launch_sync(exec, s)
+    }
+
     fn kernel_node(
         &self,
         g: sys::CUgraph,
         deps: &[sys::CUgraphNode],
     ) -> Result<sys::CUgraphNode, String> {
-        let mut p = self.buf;
+        self.kernel_node_on(g, deps, self.buf)
+    }
+
+    /// An `add_one(buf)` kernel node in `g` after `deps`.
+    fn kernel_node_on(
+        &self,
+        g: sys::CUgraph,
+        deps: &[sys::CUgraphNode],
+        buf: sys::CUdeviceptr,
+    ) -> Result<sys::CUgraphNode, String> {
+        let mut p = buf;
         let mut args = [&mut p as *mut u64 as *mut c_void];
         let params = sys::CUDA_KERNEL_NODE_PARAMS {
             func: self.add_one,
@@ -1027,6 +1110,17 @@ impl Raw {
 impl Drop for Raw {
     fn drop(&mut self) {
         let _ = self.bind();
+        let (g, _, buf) = self.edited.get();
+        // SAFETY: the `edit` loop's graph and its latest buffer (if any); no exec of the graph
+        // is alive.
+        unsafe {
+            if !g.is_null() {
+                let _ = sys::cuGraphDestroy(g);
+            }
+            if buf != 0 {
+                let _ = sys::cuMemFree_v2(buf);
+            }
+        }
         // SAFETY: `buf` and `module` were made in `new` (or are null/0 when it failed part-way),
         // and every graph using them is destroyed; the primary context was retained once.
         let results = unsafe {
