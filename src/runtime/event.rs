@@ -181,3 +181,24 @@ impl Event {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_options_map_to_flags_and_back() {
+        for timing in [false, true] {
+            for blocking in [false, true] {
+                let o = EventOptions::default()
+                    .timing(timing)
+                    .blocking_sync(blocking);
+                assert_eq!(EventOptions::from_flags(o.flags()), o);
+                assert_eq!(o.flags() & DISABLE_TIMING == 0, timing);
+                assert_eq!(o.flags() & BLOCKING_SYNC != 0, blocking);
+            }
+        }
+        // The default is what `Device::create_event` makes: no timing, spinning waits.
+        assert_eq!(EventOptions::default().flags(), DISABLE_TIMING);
+    }
+}

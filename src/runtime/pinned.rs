@@ -203,3 +203,34 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_and_overflowing_sizes_are_errors() {
+        assert!(matches!(
+            byte_size::<i32>(0, "x"),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            byte_size::<()>(5, "x"),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            byte_size::<u64>(usize::MAX / 4, "x"),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(byte_size::<u16>(3, "x").unwrap(), 6);
+        assert_eq!(byte_size::<u8>(usize::MAX, "x").unwrap(), usize::MAX);
+    }
+
+    #[test]
+    fn untracked_copies_refuse_host_access_and_pending_ones_clear() {
+        let mut copies = Copies::default();
+        assert!(wait(&mut copies).is_ok());
+        copies.untracked = true;
+        assert!(matches!(wait(&mut copies), Err(Error::InvalidArgument(_))));
+    }
+}
