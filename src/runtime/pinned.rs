@@ -10,8 +10,8 @@ use crate::driver::memory::PinnedAlloc;
 use crate::error::{Error, Result};
 
 /// A typed buffer of page-locked (pinned) host memory (`cuMemHostAlloc`), zeroed when made:
-/// the host side of asynchronous copies ([`Stream::memcpy_htod_async`],
-/// [`Stream::memcpy_dtoh_async`]).
+/// the host side of asynchronous copies ([`Stream::memcpy_htod_async`](crate::Stream::memcpy_htod_async),
+/// [`Stream::memcpy_dtoh_async`](crate::Stream::memcpy_dtoh_async)).
 ///
 /// **Why host access can wait.** The GPU reads and writes this memory while copies run, after
 /// the call that queued them returned. So the buffer remembers its copies (an event recorded on
