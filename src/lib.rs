@@ -75,8 +75,8 @@ pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
 pub use graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions};
 pub use runtime::{
-    Device, DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig, Module,
-    ReleaseObserver, Stream,
+    Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function, GraphMemoryUsage, KernelArg,
+    KernelArgs, LaunchConfig, Module, PinnedBuffer, ReleaseObserver, Stream,
 };
 
 /// The public vocabulary: `use cuda_graph::prelude::*;`.
@@ -89,8 +89,8 @@ pub mod prelude {
         ThreadLocal,
     };
     pub use crate::{
-        FinishedGraph, GraphAllocation, GraphDefinition, GraphNode, Memset2d, MemsetValue,
-        NodeType, ReleaseObserver,
+        EventOptions, FinishedGraph, GraphAllocation, GraphDefinition, GraphMemoryUsage, GraphNode,
+        Memset2d, MemsetValue, NodeType, PinnedBuffer, ReleaseObserver,
     };
 }
 

@@ -3,6 +3,7 @@
 use super::kind::{Kind, OwnsCapture, StandsAlone};
 use super::state::{CaptureMode, Capturing, Ended, IsCapturing, IsEnded, State, Unstarted};
 use super::GraphBuilder;
+use crate::definition::GraphAllocation;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions};
 use crate::runtime::{DeviceBuffer, DeviceCopy, Function, KernelArgs, LaunchConfig, Stream};
@@ -92,6 +93,56 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         self.core.stream.memcpy_dtod(dst, src)
+    }
+
+    /// Records a stream-ordered allocation of `bytes` bytes (`cuMemAllocAsync` on the capturing
+    /// stream): a memory allocation node. The memory exists **only while the graph runs**, from
+    /// this point until the [`free_async`](Self::free_async) that consumes the returned
+    /// [`GraphAllocation`], so it is a graph allocation (a kernel argument), never a
+    /// [`DeviceBuffer`]. Not freed in the capture, it stays allocated after a launch and is
+    /// handled as for [`GraphDefinition::add_mem_alloc`](crate::GraphDefinition::add_mem_alloc)
+    /// (the exec frees it when dropped).
+    ///
+    /// `bytes == 0` is an [`Error::InvalidArgument`]. The driver refuses memory nodes in
+    /// conditional bodies.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device, fill: &Function) -> cuda_graph::Result<()> {
+    /// let b = device.create_graph_builder()?.begin_building(Global)?;
+    /// let scratch = b.alloc_async(256 * 4)?;
+    /// // SAFETY: fill(int*, int n, int v); scratch holds 256 ints until the free below.
+    /// unsafe { b.launch(fill, LaunchConfig::for_num_elems(256), &KernelArgs::new().arg(&scratch).arg(256i32).arg(1i32))? };
+    /// b.free_async(scratch)?;
+    /// let graph = b.end_building()?.complete(&Default::default())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn alloc_async(&self, bytes: usize) -> Result<GraphAllocation>
+    where
+        S: IsCapturing,
+    {
+        let stream = &self.core.stream;
+        stream.enqueue(|rec| GraphAllocation::capture(rec, stream.raw(), bytes))
+    }
+
+    /// Records the free of `allocation` (`cuMemFreeAsync` on the capturing stream): a memory
+    /// free node, after the work recorded so far on this builder's stream (join forks that use
+    /// the memory first). The allocation must come from this capture's graph and not be freed
+    /// yet, else [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
+    /// let scratch = b.alloc_async(1 << 20)?;
+    /// b.free_async(scratch)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn free_async(&self, allocation: GraphAllocation) -> Result<()>
+    where
+        S: IsCapturing,
+    {
+        let stream = &self.core.stream;
+        stream.enqueue(|rec| allocation.capture_free(rec, stream.raw()))
     }
 }
 

@@ -14,7 +14,7 @@ use crate::driver::context::PrimaryContext;
 use crate::driver::graph::{lock_two, Owner, Owners};
 use crate::error::{Error, Result};
 use crate::runtime::{
-    DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig,
+    DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig, Recording,
 };
 use crate::HostCallback;
 
@@ -200,6 +200,81 @@ impl GraphAllocation {
     /// ```
     pub fn node(&self) -> GraphNode {
         self.node
+    }
+}
+
+impl GraphAllocation {
+    /// Records a stream-ordered allocation of `bytes` into the capture of `stream`
+    /// (`cuMemAllocAsync` on a capturing stream: a memory allocation node). Call inside
+    /// [`Stream::enqueue`](crate::Stream) on that stream, with its [`Recording`].
+    pub(crate) fn capture(
+        rec: &mut Recording<'_>,
+        stream: sys::CUstream,
+        bytes: usize,
+    ) -> Result<GraphAllocation> {
+        check_alloc_size(bytes)?;
+        let (Some(graph), Some(tree)) = (rec.graph_id(), rec.tree.as_deref_mut()) else {
+            return Err(Error::InvalidArgument(
+                "the builder's stream is not capturing".into(),
+            ));
+        };
+        let mut ptr = 0;
+        // SAFETY: the stream is live and captures into a graph whose tree is locked (`rec`).
+        unsafe { driver::stream::mem_alloc_async(&mut ptr, bytes, stream) }?;
+        // The allocation node is now the capture's only dependency.
+        let mut status = 0u32;
+        let mut deps: *const sys::CUgraphNode = std::ptr::null();
+        let mut n = 0usize;
+        // SAFETY: the stream is live; the out pointers are valid (the status through
+        // `status_out`, as a `u32`); the other outputs are not asked for.
+        unsafe {
+            driver::stream::capture_info(
+                stream,
+                driver::stream::status_out(&mut status),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut deps,
+                std::ptr::null_mut(),
+                &mut n,
+            )
+        }?;
+        if n != 1 || deps.is_null() {
+            return Err(Error::InvalidArgument(format!(
+                "after a captured allocation the capture has {n} dependencies instead of its allocation node"
+            )));
+        }
+        // SAFETY: the driver returned `n == 1` nodes at `deps`, valid until the next capture call
+        // on this stream (none in between).
+        let raw = unsafe { *deps };
+        let node = node::token(tree, graph, raw);
+        // Until a free takes it, execs free it when they are dropped.
+        tree.unfreed.insert((graph, node.raw), ptr);
+        Ok(GraphAllocation { ptr, bytes, node })
+    }
+
+    /// Records the free of this allocation into the capture of `stream` (`cuMemFreeAsync` on a
+    /// capturing stream: a memory free node). The allocation must be one of the captured graph,
+    /// not freed yet.
+    pub(crate) fn capture_free(self, rec: &mut Recording<'_>, stream: sys::CUstream) -> Result<()> {
+        let (Some(graph), Some(tree)) = (rec.graph_id(), rec.tree.as_deref_mut()) else {
+            return Err(Error::InvalidArgument(
+                "the builder's stream is not capturing".into(),
+            ));
+        };
+        let key = (self.node.graph, self.node.raw);
+        if self.node.graph != graph
+            || node::check(tree, graph, &self.node).is_err()
+            || tree.unfreed.get(&key) != Some(&self.ptr)
+        {
+            return Err(Error::InvalidArgument(
+                "free_async of a graph allocation that this capture's graph did not allocate (or already freed): free it in the graph that allocated it".into(),
+            ));
+        }
+        // SAFETY: the stream is live and captures into `graph`, whose tree is locked; `ptr` is an
+        // allocation of that graph still allocated in it (checked above), freed once.
+        unsafe { driver::stream::mem_free_async(self.ptr, stream) }?;
+        tree.unfreed.remove(&key);
+        Ok(())
     }
 }
 

@@ -98,6 +98,39 @@ pub(crate) fn device_location(ordinal: i32) -> sys::CUmemLocation {
     location
 }
 
+/// `cuEventElapsedTime`: the 13.x bindings declare only `cuEventElapsedTime_v2` (driver 12.8),
+/// the 12.x bindings the original (every 12.x driver), which is called there.
+///
+/// # Safety
+/// Both events are live; `ms` is a valid out pointer.
+pub(crate) unsafe fn event_elapsed(
+    ms: &mut f32,
+    start: sys::CUevent,
+    end: sys::CUevent,
+) -> crate::Result<()> {
+    #[cfg(any(
+        feature = "cuda-12030",
+        feature = "cuda-12040",
+        feature = "cuda-12050",
+        feature = "cuda-12060",
+        feature = "cuda-12080",
+        feature = "cuda-12090"
+    ))]
+    // SAFETY: the caller's promises above.
+    let r = unsafe { super::drv!(cuEventElapsedTime(ms, start, end)) };
+    #[cfg(not(any(
+        feature = "cuda-12030",
+        feature = "cuda-12040",
+        feature = "cuda-12050",
+        feature = "cuda-12060",
+        feature = "cuda-12080",
+        feature = "cuda-12090"
+    )))]
+    // SAFETY: the caller's promises above.
+    let r = unsafe { super::drv!(cuEventElapsedTime_v2(ms, start, end)) };
+    r
+}
+
 /// `CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED` (CUDA 12.8 headers) as the integer the driver
 /// writes; the 12.3–12.6 bindings' `CUgraphInstantiateResult` lacks it.
 #[cfg(not(any(

@@ -79,3 +79,24 @@ pub(crate) unsafe fn graph_mem_trim(device: sys::CUdevice) -> Result<()> {
     // graph uses.
     unsafe { drv!(cuDeviceGraphMemTrim(device)) }
 }
+
+/// Resets a high-water attribute of the device's graph memory pool to 0
+/// (`cuDeviceSetGraphMemAttribute`).
+///
+/// # Safety
+/// The device's context is current, and `attr` is `USED_MEM_HIGH` or `RESERVED_MEM_HIGH` (the
+/// only settable ones, whose value is 64 bits).
+pub(crate) unsafe fn reset_graph_mem_high(
+    device: sys::CUdevice,
+    attr: sys::CUgraphMem_attribute,
+) -> Result<()> {
+    let mut zero: u64 = 0;
+    // SAFETY: the context is current (the caller's promise); the driver reads a 64-bit 0.
+    unsafe {
+        drv!(cuDeviceSetGraphMemAttribute(
+            device,
+            attr,
+            (&mut zero as *mut u64).cast()
+        ))
+    }
+}

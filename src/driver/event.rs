@@ -19,6 +19,8 @@ pub(crate) struct EventHandle {
     pub(crate) recorded_in: Mutex<Option<super::stream::CaptureLink>>,
     /// Returned to the context's pool instead of destroyed (forks' and joins' events).
     pooled: bool,
+    /// The `CUevent_flags` it was created with.
+    pub(crate) flags: u32,
 }
 
 // SAFETY: CUevent handles may be used from any thread.
@@ -27,21 +29,28 @@ unsafe impl Send for EventHandle {}
 unsafe impl Sync for EventHandle {}
 
 impl EventHandle {
+    /// An event without timing (`CU_EVENT_DISABLE_TIMING`).
     pub(crate) fn new(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
-        let raw = Self::create_raw(ctx)?;
+        Self::with_flags(ctx, DISABLE_TIMING)
+    }
+
+    /// An event created with `flags`, a combination of `CUevent_flags`.
+    pub(crate) fn with_flags(ctx: &Arc<PrimaryContext>, flags: u32) -> Result<Arc<Self>> {
+        let raw = Self::create_raw(ctx, flags)?;
         Ok(Arc::new(EventHandle {
             ctx: ctx.clone(),
             raw,
             recorded_in: Mutex::new(None),
             pooled: false,
+            flags,
         }))
     }
 
-    fn create_raw(ctx: &Arc<PrimaryContext>) -> Result<sys::CUevent> {
+    fn create_raw(ctx: &Arc<PrimaryContext>, flags: u32) -> Result<sys::CUevent> {
         ctx.bind()?;
         let mut raw = std::ptr::null_mut();
-        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-        // SAFETY: the context is current; `raw` is a valid out pointer.
+        // SAFETY: the context is current; `raw` is a valid out pointer; `flags` combines
+        // `CUevent_flags` values (the callers pass only those).
         unsafe { drv!(cuEventCreate(&mut raw, flags)) }?;
         Ok(raw)
     }
@@ -56,15 +65,33 @@ impl EventHandle {
             .pop();
         let raw = match idle {
             Some(raw) => raw,
-            None => Self::create_raw(ctx)?,
+            None => Self::create_raw(ctx, DISABLE_TIMING)?,
         };
         Ok(Arc::new(EventHandle {
             ctx: ctx.clone(),
             raw,
             recorded_in: Mutex::new(None),
             pooled: true,
+            flags: DISABLE_TIMING,
         }))
     }
+}
+
+/// `CU_EVENT_DISABLE_TIMING`.
+pub(crate) const DISABLE_TIMING: u32 = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+/// `CU_EVENT_BLOCKING_SYNC`.
+pub(crate) const BLOCKING_SYNC: u32 = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+
+/// The milliseconds between two recorded events (`cuEventElapsedTime`, `_v2` with 13.x
+/// bindings: see `compat::event_elapsed`).
+///
+/// Both events must have been created with timing and recorded; the driver reports
+/// `CUDA_ERROR_NOT_READY` while either has not completed.
+pub(crate) fn elapsed_ms(start: &EventHandle, end: &EventHandle) -> Result<f32> {
+    let mut ms = 0f32;
+    // SAFETY: both events are live (the handles own them); `ms` is a valid out pointer.
+    unsafe { super::compat::event_elapsed(&mut ms, start.raw, end.raw) }?;
+    Ok(ms)
 }
 
 /// Blocks until the work recorded before `event` has completed (`cuEventSynchronize`).

@@ -5,15 +5,30 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
+use super::event::EventHandle;
+use super::stream::StreamHandle;
 use super::{drv, drv_drop, release};
 use crate::error::Result;
 
-/// An owned device allocation (`cuMemAlloc_v2`), freed on drop.
+/// An owned device allocation (`cuMemAlloc_v2`, or `cuMemAllocAsync` on a stream), freed on
+/// drop.
 #[derive(Debug)]
 pub(crate) struct DeviceAlloc {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) ptr: sys::CUdeviceptr,
     pub(crate) bytes: usize,
+    /// For a stream-ordered allocation: its stream and the event recorded after it.
+    pub(crate) ordered: Option<Ordered>,
+}
+
+/// Where a stream-ordered allocation (`cuMemAllocAsync`) is ordered.
+#[derive(Debug)]
+pub(crate) struct Ordered {
+    /// The stream it was allocated on, and is freed on (`cuMemFreeAsync`).
+    pub(crate) stream: Arc<StreamHandle>,
+    /// Recorded on `stream` right after the allocation (and its zeroing): other streams wait on
+    /// it before they use the memory.
+    pub(crate) ready: Arc<EventHandle>,
 }
 
 impl DeviceAlloc {
@@ -27,6 +42,7 @@ impl DeviceAlloc {
             ctx: ctx.clone(),
             ptr,
             bytes,
+            ordered: None,
         });
         // Zeroed on the context's private setup stream, and waited for, so the zeroes are there
         // for any stream — without synchronising the context (refused while streams capture).
@@ -39,43 +55,149 @@ impl DeviceAlloc {
     }
 }
 
-impl Drop for DeviceAlloc {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed`, freed exactly once, here.
-        release::destroy_in(&self.ctx, self.ptr, |ptr| unsafe {
-            drv_drop!(cuMemFree_v2(ptr))
+impl DeviceAlloc {
+    /// Allocates `bytes` (> 0) ordered on `stream` (`cuMemAllocAsync`), zeroes them on the same
+    /// stream and records `ready` after that. Nothing is waited for.
+    ///
+    /// The caller holds the stream's capture slot and has checked that the stream does not
+    /// capture (a captured allocation is graph memory, not this).
+    pub(crate) fn zeroed_async(stream: &Arc<StreamHandle>, bytes: usize) -> Result<Arc<Self>> {
+        let ctx = &stream.ctx;
+        ctx.bind()?;
+        // Made first, so that nothing fails between the allocation and its owner.
+        let ready = EventHandle::new(ctx)?;
+        let mut ptr = 0;
+        // SAFETY: the context is current; the stream is live and not capturing (the caller's
+        // promise); `ptr` is a valid out pointer.
+        unsafe { drv!(cuMemAllocAsync(&mut ptr, bytes, stream.raw)) }?;
+        let alloc = Arc::new(DeviceAlloc {
+            ctx: ctx.clone(),
+            ptr,
+            bytes,
+            ordered: Some(Ordered {
+                stream: stream.clone(),
+                ready: ready.clone(),
+            }),
         });
+        // SAFETY: `ptr` holds `bytes` bytes from the allocation just queued before it on the
+        // same stream.
+        unsafe { drv!(cuMemsetD8Async(ptr, 0, bytes, stream.raw)) }?;
+        // SAFETY: both handles are live and belong to this context.
+        unsafe { drv!(cuEventRecord(ready.raw, stream.raw)) }?;
+        Ok(alloc)
+    }
+
+    /// Makes work queued next on `stream` wait until a stream-ordered allocation exists (nothing
+    /// for other allocations, or on its own stream). `stream` must not be capturing: an event
+    /// recorded outside a capture cannot be waited on inside it.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of this allocation's context, which is current.
+    pub(crate) unsafe fn order_before(&self, stream: sys::CUstream) -> Result<()> {
+        match &self.ordered {
+            Some(o) if o.stream.raw != stream => {
+                // SAFETY: both handles are live (the caller's promise; `ready` is held).
+                unsafe { drv!(cuStreamWaitEvent(stream, o.ready.raw, 0)) }
+            }
+            _ => Ok(()),
+        }
     }
 }
 
-/// Copies `bytes` bytes from device memory at `src` to host memory at `dst`, synchronously
-/// (`cuMemcpyDtoH_v2`).
-///
-/// # Safety
-/// The context that owns `src` is current; `dst` is valid for writes of `bytes` bytes and `src`
-/// for reads of as many.
-pub(crate) unsafe fn memcpy_dtoh(
-    dst: *mut std::ffi::c_void,
-    src: sys::CUdeviceptr,
-    bytes: usize,
-) -> Result<()> {
-    // SAFETY: the caller's promises above.
-    unsafe { drv!(cuMemcpyDtoH_v2(dst, src, bytes)) }
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        match self.ordered.take() {
+            // SAFETY: allocated in `zeroed`, freed exactly once, here.
+            None => release::destroy_in(&self.ctx, self.ptr, |ptr| unsafe {
+                drv_drop!(cuMemFree_v2(ptr))
+            }),
+            Some(o) => free_ordered(self.ctx.clone(), self.ptr, o),
+        }
+    }
 }
 
-/// Copies `bytes` bytes from host memory at `src` to device memory at `dst` (`cuMemcpyHtoD_v2`);
-/// `src` is read before the call returns.
+/// Frees a stream-ordered allocation: `cuMemFreeAsync` on its stream, after the work queued
+/// there so far, when the stream does not capture (checked under its capture slot, so no capture
+/// can begin in between). Otherwise (the stream captures, or its slot is held by this very
+/// thread) a thread of its own waits until the stream stops capturing and has finished its work,
+/// then frees it with `cuMemFree_v2`. If that thread cannot start, the memory is leaked rather
+/// than freed early.
+fn free_ordered(ctx: Arc<PrimaryContext>, ptr: sys::CUdeviceptr, o: Ordered) {
+    let job = move || {
+        if ctx.bind().is_err() {
+            return;
+        }
+        if let Some(slot) = o.stream.try_slot() {
+            if slot.is_none() && o.stream.is_idle_of_captures() {
+                // SAFETY: the stream is live and not capturing (checked under its slot, which is
+                // held across the call); the memory was allocated by `cuMemAllocAsync` and is
+                // freed once, after the work queued on its stream.
+                if unsafe { drv!(cuMemFreeAsync(ptr, o.stream.raw)) }.is_ok() {
+                    return;
+                }
+            }
+        }
+        let stream = o.stream;
+        let spawned = std::thread::Builder::new()
+            .name("cuda-graph-free".into())
+            .spawn(move || {
+                if ctx.bind().is_err() {
+                    return;
+                }
+                while !stream.is_idle_of_captures() {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                if super::stream::synchronize(&stream).is_ok() {
+                    // SAFETY: the work queued on the allocation's stream has finished (other
+                    // streams are ordered by the user, as for any stream-ordered memory);
+                    // `cuMemFree_v2` frees `cuMemAllocAsync` memory without waiting; freed once.
+                    release::destroy_in(&ctx, ptr, |ptr| unsafe { drv_drop!(cuMemFree_v2(ptr)) });
+                }
+            });
+        // Without a thread the memory leaks: never freed while still in use.
+        drop(spawned);
+    };
+    release::destroy(job);
+}
+
+/// Copies the whole of `alloc` to host memory at `dst` on the context's private setup stream
+/// (after the allocation exists, for stream-ordered memory) and waits for that stream only.
 ///
 /// # Safety
-/// The context that owns `dst` is current; `src` is valid for reads of `bytes` bytes and `dst`
-/// for writes of as many.
-pub(crate) unsafe fn memcpy_htod(
-    dst: sys::CUdeviceptr,
+/// `dst` is valid for writes of `alloc.bytes` bytes. If this fails, `dst` may still be written
+/// later: the caller must then leak it rather than free or reuse it.
+pub(crate) unsafe fn dtoh_on_setup(alloc: &DeviceAlloc, dst: *mut std::ffi::c_void) -> Result<()> {
+    alloc.ctx.bind()?;
+    let setup = alloc.ctx.setup_stream()?;
+    // SAFETY: the setup stream is live, of this context (current), and never captured.
+    unsafe { alloc.order_before(setup) }?;
+    // SAFETY: `dst` holds `bytes` writable bytes (the caller's promise), `alloc` as many; the
+    // setup stream is never captured.
+    unsafe { drv!(cuMemcpyDtoHAsync_v2(dst, alloc.ptr, alloc.bytes, setup)) }?;
+    // SAFETY: as above.
+    unsafe { drv!(cuStreamSynchronize(setup)) }
+}
+
+/// Copies `alloc.bytes` bytes from host memory at `src` into `alloc` on the context's private
+/// setup stream (after the allocation exists, for stream-ordered memory) and waits for that
+/// stream only.
+///
+/// # Safety
+/// `src` is valid for reads of `alloc.bytes` bytes during the call. (A copy from pageable memory
+/// is staged before `cuMemcpyHtoDAsync_v2` returns, so `src` is not read after a failure.)
+pub(crate) unsafe fn htod_on_setup(
+    alloc: &DeviceAlloc,
     src: *const std::ffi::c_void,
-    bytes: usize,
 ) -> Result<()> {
-    // SAFETY: the caller's promises above.
-    unsafe { drv!(cuMemcpyHtoD_v2(dst, src, bytes)) }
+    alloc.ctx.bind()?;
+    let setup = alloc.ctx.setup_stream()?;
+    // SAFETY: the setup stream is live, of this context (current), and never captured.
+    unsafe { alloc.order_before(setup) }?;
+    // SAFETY: `src` holds `bytes` readable bytes (the caller's promise), `alloc` as many; the
+    // setup stream is never captured.
+    unsafe { drv!(cuMemcpyHtoDAsync_v2(alloc.ptr, src, alloc.bytes, setup)) }?;
+    // SAFETY: as above.
+    unsafe { drv!(cuStreamSynchronize(setup)) }
 }
 
 /// Frees device memory (`cuMemFree_v2`); freeing an address not allocated now is an error.
@@ -85,4 +207,61 @@ pub(crate) unsafe fn memcpy_htod(
 pub(crate) unsafe fn free(ptr: sys::CUdeviceptr) -> Result<()> {
     // SAFETY: the caller's promise above.
     unsafe { drv!(cuMemFree_v2(ptr)) }
+}
+
+/// Page-locked host memory (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE`), zeroed, freed
+/// with `cuMemFreeHost` on drop. The owner ([`crate::PinnedBuffer`]) makes sure no copy uses it
+/// any more before it drops this.
+#[derive(Debug)]
+pub(crate) struct PinnedAlloc {
+    pub(crate) ctx: Arc<PrimaryContext>,
+    pub(crate) ptr: *mut std::ffi::c_void,
+    pub(crate) bytes: usize,
+}
+
+// SAFETY: a pointer to host memory the owner synchronises access to; freeing it is thread-safe.
+unsafe impl Send for PinnedAlloc {}
+// SAFETY: as above; `&PinnedAlloc` gives only the address.
+unsafe impl Sync for PinnedAlloc {}
+
+impl PinnedAlloc {
+    /// Allocates `bytes` (> 0) of page-locked host memory and zeroes it.
+    pub(crate) fn zeroed(ctx: &Arc<PrimaryContext>, bytes: usize) -> Result<Self> {
+        ctx.bind()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: the context is current; `ptr` is a valid out pointer; PORTABLE is a valid flag.
+        unsafe {
+            drv!(cuMemHostAlloc(
+                &mut ptr,
+                bytes,
+                sys::CU_MEMHOSTALLOC_PORTABLE
+            ))
+        }?;
+        let alloc = PinnedAlloc {
+            ctx: ctx.clone(),
+            ptr,
+            bytes,
+        };
+        if ptr.is_null() {
+            return Err(crate::Error::InvalidArgument(
+                "cuMemHostAlloc returned a null pointer".into(),
+            ));
+        }
+        // SAFETY: the driver returned `bytes` writable bytes at `ptr`, used by nothing else yet.
+        unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
+        Ok(alloc)
+    }
+}
+
+impl Drop for PinnedAlloc {
+    fn drop(&mut self) {
+        if self.ptr.is_null() {
+            return;
+        }
+        // SAFETY: allocated in `zeroed`, freed exactly once, here; the owner waited for every
+        // copy that used it.
+        release::destroy_in(&self.ctx, self.ptr, |ptr| unsafe {
+            drv_drop!(cuMemFreeHost(ptr))
+        });
+    }
 }

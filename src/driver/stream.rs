@@ -153,6 +153,22 @@ impl StreamHandle {
         self.capture.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The capture slot if no one holds it now (never blocks: for destructors, which may run
+    /// while this thread holds the slot).
+    pub(crate) fn try_slot(&self) -> Option<MutexGuard<'_, Option<CaptureLink>>> {
+        match self.capture.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Whether the driver reports the stream as not capturing (an error counts as capturing);
+    /// the context must be current.
+    pub(crate) fn is_idle_of_captures(&self) -> bool {
+        matches!(self.raw_capture_status(), Ok(CaptureStatus::None))
+    }
+
     /// Whether the stream is capturing, and the capture's status.
     pub(crate) fn capture_status(&self) -> Result<CaptureStatus> {
         self.ctx.bind()?;
@@ -341,6 +357,46 @@ pub(crate) unsafe fn memcpy_htod_async(
 ) -> Result<()> {
     // SAFETY: the caller's promises above.
     unsafe { drv!(cuMemcpyHtoDAsync_v2(dst, src, bytes, stream)) }
+}
+
+/// Copies `bytes` bytes from device memory `src` to host memory `dst`, on `stream`
+/// (`cuMemcpyDtoHAsync_v2`).
+///
+/// # Safety
+/// `dst` is valid for writes of `bytes` bytes, and nothing else reads or writes it, until the
+/// copy has run; `src` holds `bytes` bytes; `stream` is live and not capturing.
+pub(crate) unsafe fn memcpy_dtoh_async(
+    dst: *mut std::ffi::c_void,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuMemcpyDtoHAsync_v2(dst, src, bytes, stream)) }
+}
+
+/// Allocates `bytes` bytes ordered on `stream` (`cuMemAllocAsync`); in a capture this adds a
+/// memory allocation node and the address is valid only while the graph runs.
+///
+/// # Safety
+/// `stream` is live; its context is current; a capture it records into is locked by the caller.
+pub(crate) unsafe fn mem_alloc_async(
+    out: &mut sys::CUdeviceptr,
+    bytes: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuMemAllocAsync(out, bytes, stream)) }
+}
+
+/// Frees `ptr` ordered on `stream` (`cuMemFreeAsync`); in a capture this adds a memory free node.
+///
+/// # Safety
+/// `stream` is live; `ptr` is stream-ordered or graph memory that nothing uses after the work
+/// queued so far (in a capture: an allocation of the same graph, freed once).
+pub(crate) unsafe fn mem_free_async(ptr: sys::CUdeviceptr, stream: sys::CUstream) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuMemFreeAsync(ptr, stream)) }
 }
 
 /// Queues a host function on `stream` (`cuLaunchHostFunc`).

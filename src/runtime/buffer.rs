@@ -122,25 +122,51 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         Device::from_ctx(&self.alloc.ctx)
     }
 
-    /// Copies the buffer back to the host. Synchronous: waits for all work queued on the device
-    /// (on every stream) first, then copies.
+    /// Copies the buffer back to the host.
+    ///
+    /// What it waits for: the copy only. It runs on a private stream of the context (never
+    /// captured, so this works while other streams capture) and waits for that stream — not for
+    /// work queued on your streams: synchronize the stream (or wait for an event) whose results
+    /// you want to read first. A buffer from [`Stream::alloc_async`](crate::Stream::alloc_async)
+    /// is copied after its allocation.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(stream: &Stream, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// stream.memset_d32(buf, 7)?;
+    /// stream.synchronize()?; // the memset's results, then the copy
+    /// assert!(buf.to_vec()?.iter().all(|&v| v == 7));
+    /// # Ok(()) }
+    /// ```
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        self.alloc.ctx.bind()?;
-        // SAFETY: the context is current.
-        unsafe { driver::context::synchronize() }?;
         let mut out = Vec::<T>::with_capacity(self.len);
-        // SAFETY: `out` has room for `len` elements = `bytes` bytes; the driver writes all of them
-        // before returning, and any bit pattern is a valid `T` (`DeviceCopy`).
-        unsafe {
-            driver::memory::memcpy_dtoh(out.as_mut_ptr().cast(), self.alloc.ptr, self.alloc.bytes)?;
-            out.set_len(self.len);
+        // SAFETY: `out` has room for `len` elements = `bytes` bytes.
+        if let Err(e) =
+            unsafe { driver::memory::dtoh_on_setup(&self.alloc, out.as_mut_ptr().cast()) }
+        {
+            // The copy may still write into `out`: never free it.
+            std::mem::forget(out);
+            return Err(e);
         }
+        // SAFETY: the driver wrote all `len` elements (the copy finished), and any bit pattern
+        // is a valid `T` (`DeviceCopy`).
+        unsafe { out.set_len(self.len) };
         Ok(out)
     }
 
-    /// Overwrites the buffer with `data`. Synchronous: waits for all work queued on the device,
-    /// copies, and waits for the copy, so any stream sees the new contents. The lengths must
-    /// match.
+    /// Overwrites the buffer with `data`. The lengths must match.
+    ///
+    /// What it waits for: the copy only, on a private stream of the context (never captured, so
+    /// this works while other streams capture); when it returns, the new contents are there for
+    /// work queued afterwards on any stream. It does not wait for work already queued on your
+    /// streams that uses the buffer: synchronize them first.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// buf.copy_from(&vec![1; buf.len()])?;
+    /// # Ok(()) }
+    /// ```
     pub fn copy_from(&self, data: &[T]) -> Result<()> {
         if data.len() != self.len {
             return Err(Error::InvalidArgument(format!(
@@ -149,16 +175,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
                 self.len
             )));
         }
-        self.alloc.ctx.bind()?;
-        // SAFETY: the context is current; `data` holds exactly `bytes` readable bytes and is
-        // read before `cuMemcpyHtoD_v2` returns.
-        unsafe {
-            driver::context::synchronize()?;
-            driver::memory::memcpy_htod(self.alloc.ptr, data.as_ptr().cast(), self.alloc.bytes)?;
-            // The copy may still be in flight on the legacy stream, which does not order with
-            // non-blocking streams.
-            driver::context::synchronize()
-        }
+        // SAFETY: `data` holds exactly `bytes` readable bytes, borrowed for the whole call.
+        unsafe { driver::memory::htod_on_setup(&self.alloc, data.as_ptr().cast()) }
     }
 
     /// An observer that tells when the allocation is freed (after this handle and every graph

@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
-use super::{DeviceBuffer, DeviceCopy, Event, Module, Stream};
+use super::{DeviceBuffer, DeviceCopy, Event, EventOptions, Module, PinnedBuffer, Stream};
 use crate::driver;
 use crate::driver::context::PrimaryContext;
 use crate::driver::event::EventHandle;
@@ -119,29 +119,51 @@ impl Device {
         })
     }
 
+    /// Creates an event with `options` (timing, blocking waits).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let event = device.create_event_with(&EventOptions::default().timing(true))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn create_event_with(&self, options: &EventOptions) -> Result<Event> {
+        Ok(Event {
+            handle: EventHandle::with_flags(&self.ctx, options.flags())?,
+        })
+    }
+
     /// Allocates `len` zeroed elements of `T` on the device.
     ///
     /// A zero length, or a size that overflows `usize`, is an [`Error::InvalidArgument`]; an
     /// allocation the device cannot hold is the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
     pub fn alloc_zeroed<T: DeviceCopy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        if len == 0 {
-            return Err(Error::InvalidArgument(
-                "cannot allocate a zero-length device buffer".into(),
-            ));
-        }
-        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{len} elements of {} bytes overflow the address space",
-                std::mem::size_of::<T>()
-            ))
-        })?;
+        let bytes = super::pinned::byte_size::<T>(len, "device buffer")?;
         Ok(DeviceBuffer::new(
             DeviceAlloc::zeroed(&self.ctx, bytes)?,
             len,
         ))
     }
 
-    /// Allocates a device buffer holding a copy of `data` (synchronous).
+    /// Allocates `len` zeroed elements of `T` in page-locked host memory, the host side of
+    /// asynchronous copies ([`Stream::memcpy_htod_async`], [`Stream::memcpy_dtoh_async`]).
+    ///
+    /// A zero length, or a size that overflows `usize`, is an [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let mut host = device.alloc_pinned::<u32>(4096)?;
+    /// host.as_mut_slice()?.fill(3);
+    /// # Ok(()) }
+    /// ```
+    pub fn alloc_pinned<T: DeviceCopy>(&self, len: usize) -> Result<PinnedBuffer<T>> {
+        PinnedBuffer::new(self, len)
+    }
+
+    /// Allocates a device buffer holding a copy of `data`: [`alloc_zeroed`](Self::alloc_zeroed)
+    /// then [`DeviceBuffer::copy_from`]. It waits for its own zeroing and copy only (on a private
+    /// stream of the context), not for other work, so it works while other streams capture.
     pub fn htod<T: DeviceCopy>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
         let buf = self.alloc_zeroed::<T>(data.len())?;
         buf.copy_from(data)?;
@@ -204,6 +226,55 @@ impl Device {
         unsafe { driver::device::graph_mem_attribute_u64(self.ctx.device, attr) }
     }
 
+    /// The usage of the device's graph memory pool (`cuDeviceGetGraphMemAttribute`): memory
+    /// in use by graph allocations and memory reserved by the pool, now and at their high-water
+    /// marks.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let usage = device.graph_memory_usage()?;
+    /// println!("{} of {} bytes reserved are in use", usage.used_current, usage.reserved_current);
+    /// # Ok(()) }
+    /// ```
+    pub fn graph_memory_usage(&self) -> Result<GraphMemoryUsage> {
+        use sys::CUgraphMem_attribute::*;
+        self.ctx.bind()?;
+        let get = |attr| {
+            // SAFETY: the context is current; the four attributes read here are 64-bit values.
+            unsafe { driver::device::graph_mem_attribute_u64(self.ctx.device, attr) }
+        };
+        Ok(GraphMemoryUsage {
+            used_current: get(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)?,
+            used_high: get(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)?,
+            reserved_current: get(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)?,
+            reserved_high: get(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)?,
+        })
+    }
+
+    /// Resets the high-water marks of the device's graph memory pool
+    /// ([`GraphMemoryUsage::used_high`] and [`GraphMemoryUsage::reserved_high`]) to 0
+    /// (`cuDeviceSetGraphMemAttribute`); they then rise again with the next use.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// device.reset_graph_memory_high_watermarks()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reset_graph_memory_high_watermarks(&self) -> Result<()> {
+        use sys::CUgraphMem_attribute::*;
+        self.ctx.bind()?;
+        for attr in [
+            CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
+        ] {
+            // SAFETY: the context is current; both are the settable high-water attributes.
+            unsafe { driver::device::reset_graph_mem_high(self.ctx.device, attr) }?;
+        }
+        Ok(())
+    }
+
     /// Gives the device's graph memory pool's unused memory back to the device
     /// (`cuDeviceGraphMemTrim`): memory that graphs allocated and freed stays in the pool, for
     /// their next launches, until trimmed.
@@ -226,4 +297,29 @@ impl Device {
         // SAFETY: the context is current.
         unsafe { driver::context::synchronize() }
     }
+}
+
+/// The usage of a device's graph memory pool, in bytes
+/// ([`Device::graph_memory_usage`]): what memory allocation nodes use and what the pool
+/// reserves from the device, now and at their high-water marks (since the pool was made or the
+/// marks were last reset with [`Device::reset_graph_memory_high_watermarks`]).
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(device: &Device) -> cuda_graph::Result<()> {
+/// let u = device.graph_memory_usage()?;
+/// assert!(u.used_current <= u.used_high);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphMemoryUsage {
+    /// Memory allocated by graphs now, or freed and kept in the pool
+    /// (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`).
+    pub used_current: u64,
+    /// The high-water mark of `used_current` (`CU_GRAPH_MEM_ATTR_USED_MEM_HIGH`).
+    pub used_high: u64,
+    /// Memory the pool has reserved from the device now (`CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`).
+    pub reserved_current: u64,
+    /// The high-water mark of `reserved_current` (`CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH`).
+    pub reserved_high: u64,
 }

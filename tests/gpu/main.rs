@@ -11,6 +11,7 @@ mod definition;
 mod fork;
 mod foundation;
 mod interop;
+mod memory;
 mod safety;
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
@@ -46,6 +47,7 @@ fn main() {
         .chain(definition::TESTS)
         .chain(interop::TESTS)
         .chain(safety::TESTS)
+        .chain(memory::TESTS)
     {
         tests.push(trial(name, *needs, *f));
     }

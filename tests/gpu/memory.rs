@@ -1,0 +1,297 @@
+//! Stream-ordered memory, pinned host buffers, copies that do not synchronise the context, the
+//! graph memory pool's usage, and event options (issue "Live alongside cudarc", items 5 and 6).
+
+use cuda_graph::prelude::*;
+
+use crate::args;
+use crate::support::{eventually, one, Gpu, Needs, TestResult};
+
+pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    (
+        "memory::captured_alloc_and_free_run_in_every_launch",
+        Needs::Gpu,
+        captured_alloc_and_free_run_in_every_launch,
+    ),
+    (
+        "memory::a_captured_allocation_left_unfreed_is_freed_with_the_exec",
+        Needs::Gpu,
+        a_captured_allocation_left_unfreed_is_freed_with_the_exec,
+    ),
+    (
+        "memory::misused_stream_ordered_memory_is_an_error",
+        Needs::Gpu,
+        misused_stream_ordered_memory_is_an_error,
+    ),
+    (
+        "memory::stream_alloc_async_is_a_device_buffer",
+        Needs::Gpu,
+        stream_alloc_async_is_a_device_buffer,
+    ),
+    ("memory::pinned_round_trip", Needs::Gpu, pinned_round_trip),
+    (
+        "memory::pinned_copies_are_refused_in_a_capture",
+        Needs::Gpu,
+        pinned_copies_are_refused_in_a_capture,
+    ),
+    (
+        "memory::synchronous_copies_work_while_another_stream_captures",
+        Needs::Gpu,
+        synchronous_copies_work_while_another_stream_captures,
+    ),
+    (
+        "memory::graph_memory_usage_rises_and_falls",
+        Needs::Gpu,
+        graph_memory_usage_rises_and_falls,
+    ),
+    ("memory::event_timing", Needs::Gpu, event_timing),
+];
+
+const N: i32 = 1000;
+
+fn cfg() -> LaunchConfig {
+    LaunchConfig::for_num_elems(N as u32)
+}
+
+/// A graph that allocates scratch memory, fills it with `v`, copies it into `out` and frees it.
+fn scratch_graph(gpu: &Gpu, out: &DeviceBuffer<i32>, v: i32) -> cuda_graph::Result<Graph> {
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let scratch = b.alloc_async(N as usize * 4)?;
+    // SAFETY: fill(int*, int, int) and copy_i32(const int*, int*, int); scratch and out hold N
+    // ints, scratch between its allocation and free.
+    unsafe {
+        b.launch(&gpu.f("fill"), cfg(), &args![&scratch, N, v])?;
+        b.launch(&gpu.f("copy_i32"), cfg(), &args![&scratch, out, N])?;
+    }
+    b.free_async(scratch)?;
+    b.end_building()?.complete(&GraphCompleteOptions::default())
+}
+
+fn captured_alloc_and_free_run_in_every_launch(gpu: &Gpu) -> TestResult {
+    let out = gpu.device.alloc_zeroed::<i32>(N as usize)?;
+    let g = scratch_graph(gpu, &out, 7)?;
+    let s = gpu.stream();
+    for launch in 0..3 {
+        out.copy_from(&vec![0; N as usize])?;
+        g.launch(&s)?;
+        s.synchronize()?;
+        assert_eq!(out.to_vec()?, vec![7; N as usize], "launch {launch}");
+    }
+    let held = gpu.device.graph_memory_usage()?;
+    assert!(held.used_current >= N as u64 * 4, "{held:?}");
+    drop(g);
+    assert!(eventually(|| {
+        let _ = gpu.device.trim_graph_memory();
+        matches!(gpu.device.graph_memory_usage(), Ok(u) if u.reserved_current < held.reserved_current)
+    }));
+    Ok(())
+}
+
+fn a_captured_allocation_left_unfreed_is_freed_with_the_exec(gpu: &Gpu) -> TestResult {
+    gpu.device.trim_graph_memory()?;
+    let before = gpu.device.graph_memory_in_use()?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let kept = b.alloc_async(1 << 20)?;
+    // SAFETY: fill(int*, int, int); kept holds 2^18 ints.
+    unsafe { b.launch(&gpu.f("fill"), cfg(), &args![&kept, N, 1])? };
+    let g = b
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert!(gpu.device.graph_memory_in_use()? >= before + (1 << 20));
+    drop(g);
+    assert!(
+        eventually(|| gpu.device.graph_memory_in_use().ok() == Some(before)),
+        "the exec frees and trims what its graph left allocated"
+    );
+    Ok(())
+}
+
+fn misused_stream_ordered_memory_is_an_error(gpu: &Gpu) -> TestResult {
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    assert!(matches!(b.alloc_async(0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        b.stream().alloc_async::<i32>(4),
+        Err(Error::InvalidArgument(_))
+    ));
+    let mine = b.alloc_async(64)?;
+    b.end_building()?;
+    // An allocation of another graph cannot be freed in this one.
+    let other = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    assert!(matches!(
+        other.free_async(mine),
+        Err(Error::InvalidArgument(_))
+    ));
+    other.end_building()?;
+    let s = gpu.stream();
+    assert!(matches!(
+        s.alloc_async::<i32>(0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        s.alloc_async::<u64>(usize::MAX / 4),
+        Err(Error::InvalidArgument(_))
+    ));
+    Ok(())
+}
+
+fn stream_alloc_async_is_a_device_buffer(gpu: &Gpu) -> TestResult {
+    let (a, b) = (gpu.stream(), gpu.stream());
+    for _ in 0..3 {
+        let buf = a.alloc_async::<i32>(N as usize)?;
+        // Zeroed, and readable without waiting for `a` (to_vec waits for the allocation).
+        assert_eq!(buf.to_vec()?, vec![0; N as usize]);
+        // SAFETY: fill(int*, int, int); buf holds N ints.
+        unsafe { a.launch(&gpu.f("fill"), cfg(), &args![&buf, N, 3])? };
+        a.synchronize()?;
+        assert_eq!(buf.to_vec()?, vec![3; N as usize]);
+        // Another stream waits for the allocation, then frees it in its own order.
+        b.memset_d32(&buf, 9)?;
+        b.synchronize()?;
+        assert_eq!(buf.to_vec()?[N as usize - 1], 9);
+        b.memset_d32(&buf, 4)?;
+        b.free_async(buf)?;
+    }
+    a.synchronize()?;
+    b.synchronize()?;
+    Ok(())
+}
+
+fn pinned_round_trip(gpu: &Gpu) -> TestResult {
+    let s = gpu.stream();
+    let mut host = gpu.device.alloc_pinned::<i32>(N as usize)?;
+    assert_eq!(host.as_slice()?, vec![0; N as usize]);
+    for (i, v) in host.as_mut_slice()?.iter_mut().enumerate() {
+        *v = i as i32;
+    }
+    let dev = gpu.device.alloc_zeroed::<i32>(N as usize)?;
+    s.memcpy_htod_async(&dev, &host)?;
+    // SAFETY: add_one(int*): dev[0] += 1.
+    unsafe { s.launch(&gpu.f("add_one"), one(), &args![&dev])? };
+    let mut back = gpu.device.alloc_pinned::<i32>(N as usize)?;
+    s.memcpy_dtoh_async(&mut back, &dev)?;
+    // No synchronize: as_slice waits for the copy.
+    let got = back.as_slice()?;
+    assert_eq!(got[0], 1);
+    assert!(got[1..].iter().enumerate().all(|(i, &v)| v == i as i32 + 1));
+    // Lengths must match; zero and overflowing sizes are errors.
+    let short = gpu.device.alloc_zeroed::<i32>(3)?;
+    assert!(matches!(
+        s.memcpy_htod_async(&short, &host),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        gpu.device.alloc_pinned::<i32>(0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        gpu.device.alloc_pinned::<u64>(usize::MAX / 2),
+        Err(Error::InvalidArgument(_))
+    ));
+    // Dropped right after queuing a copy: the drop waits for it.
+    let tmp = gpu.device.alloc_pinned::<i32>(N as usize)?;
+    s.memcpy_htod_async(&dev, &tmp)?;
+    drop(tmp);
+    s.synchronize()?;
+    assert_eq!(dev.to_vec()?, vec![0; N as usize]);
+    Ok(())
+}
+
+fn pinned_copies_are_refused_in_a_capture(gpu: &Gpu) -> TestResult {
+    let mut host = gpu.device.alloc_pinned::<i32>(4)?;
+    let dev = gpu.device.alloc_zeroed::<i32>(4)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    assert!(matches!(
+        b.stream().memcpy_htod_async(&dev, &host),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        b.stream().memcpy_dtoh_async(&mut host, &dev),
+        Err(Error::InvalidArgument(_))
+    ));
+    b.capture_status()?;
+    b.end_building()?;
+    assert_eq!(host.as_slice()?, [0; 4]);
+    Ok(())
+}
+
+fn synchronous_copies_work_while_another_stream_captures(gpu: &Gpu) -> TestResult {
+    let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    // SAFETY: empty_kernel().
+    unsafe { b.launch(&gpu.f("empty_kernel"), one(), &KernelArgs::new())? };
+    let buf = gpu.device.htod(&[1, 2, 3])?;
+    assert_eq!(buf.to_vec()?, [1, 2, 3]);
+    buf.copy_from(&[4, 5, 6])?;
+    assert_eq!(buf.to_vec()?, [4, 5, 6]);
+    let other = gpu.stream();
+    let ordered = other.alloc_async::<i32>(3)?;
+    assert_eq!(ordered.to_vec()?, [0, 0, 0]);
+    b.capture_status()?;
+    b.end_building()?;
+    Ok(())
+}
+
+fn graph_memory_usage_rises_and_falls(gpu: &Gpu) -> TestResult {
+    const BYTES: usize = 8 << 20;
+    gpu.device.trim_graph_memory()?;
+    gpu.device.reset_graph_memory_high_watermarks()?;
+    let start = gpu.device.graph_memory_usage()?;
+    assert_eq!(start.used_high, start.used_current);
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (alloc, mem) = def.add_mem_alloc(&[], BYTES)?;
+    def.add_mem_free(&[&alloc], mem)?;
+    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    let after = gpu.device.graph_memory_usage()?;
+    assert!(
+        after.used_high >= start.used_current + BYTES as u64,
+        "{after:?}"
+    );
+    assert!(after.reserved_current >= BYTES as u64, "{after:?}");
+    assert!(after.reserved_high >= after.reserved_current);
+    drop(g);
+    drop(def);
+    gpu.device.trim_graph_memory()?;
+    let trimmed = gpu.device.graph_memory_usage()?;
+    assert!(
+        trimmed.reserved_current < after.reserved_current,
+        "{trimmed:?}"
+    );
+    gpu.device.reset_graph_memory_high_watermarks()?;
+    let reset = gpu.device.graph_memory_usage()?;
+    assert!(reset.used_high < after.used_high, "{reset:?}");
+    Ok(())
+}
+
+fn event_timing(gpu: &Gpu) -> TestResult {
+    let timing = EventOptions::default().timing(true);
+    let (start, end) = (
+        gpu.device.create_event_with(&timing)?,
+        gpu.device.create_event_with(&timing.blocking_sync(true))?,
+    );
+    assert_eq!(start.options(), timing);
+    assert!(end.options().has_blocking_sync());
+    let plain = gpu.device.create_event()?;
+    assert_eq!(plain.options(), EventOptions::default());
+    let s = gpu.stream();
+    s.record(&start)?;
+    // SAFETY: spin(unsigned long long ns): 2 ms.
+    unsafe { s.launch(&gpu.f("spin"), one(), &args![2_000_000u64])? };
+    s.record(&end)?;
+    s.record(&plain)?;
+    end.synchronize()?;
+    let ms = start.elapsed_ms(&end)?;
+    assert!((1.5..1000.0).contains(&ms), "{ms} ms");
+    assert!(matches!(
+        start.elapsed_ms(&plain),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        plain.elapsed_ms(&end),
+        Err(Error::InvalidArgument(_))
+    ));
+    Ok(())
+}
