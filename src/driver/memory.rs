@@ -87,6 +87,17 @@ impl DeviceAlloc {
         Ok(alloc)
     }
 
+    /// Refuses work on a stream-ordered allocation on a stream other than its own (its free is
+    /// ordered on its own stream only); anything goes for other allocations.
+    pub(crate) fn check_stream(&self, stream: sys::CUstream) -> Result<()> {
+        match &self.ordered {
+            Some(o) if o.stream.raw != stream => Err(crate::error::Error::InvalidArgument(
+                "a buffer from `Stream::alloc_async` is used on the stream that allocated it (or in captures): its memory is freed in that stream's order; copy it into a `Device::alloc_zeroed` buffer to share it between streams".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Makes work queued next on `stream` wait until a stream-ordered allocation exists (nothing
     /// for other allocations, or on its own stream). `stream` must not be capturing: an event
     /// recorded outside a capture cannot be waited on inside it.

@@ -274,6 +274,13 @@ impl Stream {
         };
         let (g, b) = (config.grid, config.block);
         self.enqueue(|rec| {
+            if !rec.capturing() {
+                for k in &args.keep {
+                    if let Some(alloc) = k.downcast_ref::<DeviceAlloc>() {
+                        alloc.check_stream(self.raw())?;
+                    }
+                }
+            }
             rec.keep(&function.module);
             for k in &args.keep {
                 rec.keep_dyn(k);
@@ -294,9 +301,11 @@ impl Stream {
         })
     }
 
-    /// Outside a capture, makes this stream's next work wait until `buf` exists, when it is a
-    /// stream-ordered allocation of another stream ([`alloc_async`](Self::alloc_async)). (In a
-    /// capture the graph runs at launch, after the allocation call returned.)
+    /// Outside a capture, refuses work on `buf` when it is a stream-ordered allocation of another
+    /// stream ([`alloc_async`](Self::alloc_async)): its memory is freed in its own stream's order
+    /// when it is dropped, and this crate cannot order that free after work on other streams.
+    /// (In a capture the graph runs at launch, and the graph holds the buffer until its launches
+    /// have finished.)
     fn after_allocation<T: DeviceCopy>(
         &self,
         rec: &Recording<'_>,
@@ -305,9 +314,7 @@ impl Stream {
         if rec.capturing() {
             return Ok(());
         }
-        // SAFETY: this stream is live, of the buffer's context (checked by `same_context`),
-        // which `enqueue` made current.
-        unsafe { buf.alloc.order_before(self.raw()) }
+        buf.alloc.check_stream(self.raw())
     }
 
     /// Allocates `len` zeroed elements of `T` ordered on this stream (`cuMemAllocAsync`, then a

@@ -146,12 +146,19 @@ fn stream_alloc_async_is_a_device_buffer(gpu: &Gpu) -> TestResult {
         unsafe { a.launch(&gpu.f("fill"), cfg(), &args![&buf, N, 3])? };
         a.synchronize()?;
         assert_eq!(buf.to_vec()?, vec![3; N as usize]);
-        // Another stream waits for the allocation, then frees it in its own order.
-        b.memset_d32(&buf, 9)?;
-        b.synchronize()?;
+        // Another stream may not use it (its free is ordered on `a` only): refused, not raced.
+        assert!(matches!(
+            b.memset_d32(&buf, 9),
+            Err(Error::InvalidArgument(_))
+        ));
+        // SAFETY: fill(int*, int, int); buf holds N ints.
+        let on_b = unsafe { b.launch(&gpu.f("fill"), cfg(), &args![&buf, N, 5]) };
+        assert!(matches!(on_b, Err(Error::InvalidArgument(_))));
+        a.memset_d32(&buf, 9)?;
+        a.synchronize()?;
         assert_eq!(buf.to_vec()?[N as usize - 1], 9);
-        b.memset_d32(&buf, 4)?;
-        b.free_async(buf)?;
+        a.memset_d32(&buf, 4)?;
+        a.free_async(buf)?;
     }
     a.synchronize()?;
     b.synchronize()?;
