@@ -8,12 +8,24 @@ use super::context::PrimaryContext;
 use super::{drv, drv_drop, release};
 use crate::error::Result;
 
-/// An owned device allocation (`cuMemAlloc_v2`), freed on drop.
-#[derive(Debug)]
+/// A device allocation: either owned (`cuMemAlloc_v2`, freed on drop) or the caller's
+/// (`DeviceBuffer::from_raw`: never freed here; its owner value is dropped with this handle).
 pub(crate) struct DeviceAlloc {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) ptr: sys::CUdeviceptr,
     pub(crate) bytes: usize,
+    /// For memory the caller owns: what keeps it allocated. `None` for memory allocated here.
+    owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for DeviceAlloc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceAlloc")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("bytes", &self.bytes)
+            .field("borrowed", &self.owner.is_some())
+            .finish()
+    }
 }
 
 impl DeviceAlloc {
@@ -27,6 +39,7 @@ impl DeviceAlloc {
             ctx: ctx.clone(),
             ptr,
             bytes,
+            owner: None,
         });
         // Zeroed on the context's private setup stream, and waited for, so the zeroes are there
         // for any stream — without synchronising the context (refused while streams capture).
@@ -37,11 +50,40 @@ impl DeviceAlloc {
         unsafe { drv!(cuStreamSynchronize(setup)) }?;
         Ok(alloc)
     }
+
+    /// Stands for `bytes` bytes at `ptr` that the caller keeps allocated through `owner`
+    /// (dropped with this handle); never freed here. Makes no driver call.
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` is device memory usable in `ctx`'s context and stays allocated until
+    /// `owner` is dropped.
+    pub(crate) unsafe fn borrowed(
+        ctx: &Arc<PrimaryContext>,
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<Self> {
+        Arc::new(DeviceAlloc {
+            ctx: ctx.clone(),
+            ptr,
+            bytes,
+            owner: Some(owner),
+        })
+    }
+
+    /// Whether the memory is the caller's (made by [`borrowed`](Self::borrowed)).
+    pub(crate) fn is_borrowed(&self) -> bool {
+        self.owner.is_some()
+    }
 }
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed`, freed exactly once, here.
+        if self.owner.is_some() {
+            // The caller's memory: its owner (dropped after this) frees it, or not.
+            return;
+        }
+        // SAFETY: allocated in `zeroed` (not borrowed: checked above), freed exactly once, here.
         release::destroy_in(&self.ctx, self.ptr, |ptr| unsafe {
             drv_drop!(cuMemFree_v2(ptr))
         });
