@@ -201,7 +201,9 @@ fn run() -> Result<Option<String>, Box<dyn Error>> {
             .fold(0f32, f32::max);
         worst = worst.max(err);
         if err > 1e-3 {
-            return Err(format!("replay {replay}: max error {err} against the CPU reference").into());
+            return Err(
+                format!("replay {replay}: max error {err} against the CPU reference").into(),
+            );
         }
     }
     println!(

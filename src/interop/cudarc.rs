@@ -199,7 +199,9 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let offset = (start as u64)
             .checked_mul(std::mem::size_of::<T>() as u64)
             .and_then(|o| base.checked_add(o))
-            .ok_or_else(|| Error::InvalidArgument("the range overflows the address space".into()))?;
+            .ok_or_else(|| {
+                Error::InvalidArgument("the range overflows the address space".into())
+            })?;
         // SAFETY: elements `start..end` of the slice lie in its allocation, in `device`'s primary
         // context (checked above); the slice, held as the owner, keeps it allocated until the
         // owner is dropped (cudarc frees a slice only in its `Drop`).

@@ -244,9 +244,7 @@ impl Stream {
             // The capture ended: the link is stale.
             *slot = None;
         }
-        if self.handle.is_borrowed()
-            && self.handle.raw_capture_status()? != CaptureStatus::None
-        {
+        if self.handle.is_borrowed() && self.handle.raw_capture_status()? != CaptureStatus::None {
             // A capture this crate did not begin (cudarc's `begin_capture`, raw calls): the work
             // would be recorded into a graph that holds none of its operands.
             return Err(Error::InvalidArgument(
