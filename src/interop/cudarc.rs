@@ -55,22 +55,23 @@
 //! use cuda_graph::prelude::*;
 //! use cudarc::driver::CudaContext;
 //!
-//! # fn main() -> cuda_graph::Result<()> {
-//! let ctx = CudaContext::new(0)?; // cudarc's errors convert into this crate's
-//! let alloc_stream = ctx.new_stream()?;
-//! let data = Arc::new(alloc_stream.alloc_zeros::<u32>(1024)?);
-//! alloc_stream.synchronize()?;
+//! fn main() -> cuda_graph::Result<()> {
+//!     let ctx = CudaContext::new(0)?; // cudarc's errors convert into this crate's
+//!     let alloc_stream = ctx.new_stream()?;
+//!     let data = Arc::new(alloc_stream.alloc_zeros::<u32>(1024)?);
+//!     alloc_stream.synchronize()?;
 //!
-//! let device = Device::from_cudarc(&ctx)?;
-//! let buf = DeviceBuffer::from_cudarc(&device, data.clone())?;
-//! let stream = Stream::from_cudarc(&device, &ctx.new_stream()?)?;
-//! let builder = stream.create_graph_builder().begin_building(ThreadLocal)?;
-//! builder.memset_d32(&buf, 7)?;
-//! let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
-//! drop((buf, data)); // the graph holds the slice
-//! graph.launch(&stream)?;
-//! stream.synchronize()?;
-//! # Ok(()) }
+//!     let device = Device::from_cudarc(&ctx)?; // the same primary context
+//!     let buf = DeviceBuffer::from_cudarc(&device, data.clone())?;
+//!     let stream = Stream::from_cudarc(&device, &ctx.new_stream()?)?;
+//!     let builder = stream.create_graph_builder().begin_building(ThreadLocal)?;
+//!     builder.memset_d32(&buf, 7)?;
+//!     let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
+//!     drop((buf, data)); // the graph holds the slice
+//!     graph.launch(&stream)?;
+//!     stream.synchronize()?;
+//!     Ok(())
+//! }
 //! ```
 
 use std::ops::{Bound, RangeBounds};
@@ -280,6 +281,28 @@ impl Function {
 mod tests {
     use super::*;
     use cudarc::driver::sys::CUresult;
+
+    /// The README's "With cudarc" example is this module's doctest, line for line (README code
+    /// is not compiled by itself: this keeps it compiling).
+    #[test]
+    fn readme_cudarc_example_is_the_module_doctest() {
+        let readme = include_str!("../../README.md");
+        let start = readme
+            .find("```rust,no_run\nuse std::sync::Arc;")
+            .expect("README: the cudarc example block");
+        let body = &readme[start + "```rust,no_run\n".len()..];
+        let block = &body[..body.find("```").expect("README: the block's end")];
+        let doc: String = include_str!("cudarc.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//!"))
+            .map(|l| l.strip_prefix(' ').unwrap_or(l))
+            .fold(String::new(), |acc, l| acc + l + "\n");
+        assert!(block.contains("Stream::from_cudarc"), "{block}");
+        assert!(
+            doc.contains(block),
+            "README's cudarc example differs from the doctest of src/interop/cudarc.rs:\n{block}"
+        );
+    }
 
     #[test]
     fn cudarc_errors_convert_with_their_code_and_name() {
