@@ -21,7 +21,7 @@ pub use stream::Stream;
 static_assertions::assert_impl_all!(Device: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(Stream: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(Event: Send, Sync, Clone, std::fmt::Debug);
-static_assertions::assert_impl_all!(DeviceBuffer<i32>: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(DeviceBuffer<i32>: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(Module: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(Function: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(KernelArgs: Send, Sync, std::fmt::Debug);

@@ -60,13 +60,14 @@ fn capture_on_a_cudarc_stream_holds_its_slices_and_kernel(gpu: &Gpu) -> TestResu
     let stream_alive = Arc::downgrade(&cap);
     let stream = Stream::from_cudarc(&device, &cap)?;
     drop(cap);
+    // Allocated before the capture: an allocation on the capturing thread would invalidate it.
+    let crate_buf = gpu.device.alloc_zeroed::<i32>(2)?;
     let b = stream.create_graph_builder().begin_building(ThreadLocal)?;
     // SAFETY: add_one_at(int*, int) with indices inside each buffer.
     unsafe {
         b.launch(&k, one(), &args![&whole, 0i32])?;
         b.launch(&k, one(), &args![&tail, 1i32])?;
     }
-    let crate_buf = gpu.device.alloc_zeroed::<i32>(2)?;
     b.memcpy_dtod(&crate_buf, &tail)?;
     let graph = b.end_building()?.complete(&Default::default())?;
     let reader = whole.clone();
