@@ -7,6 +7,7 @@
 #   bash gpu-bundle/run-all.sh       # there (from the repository root, or anywhere)
 #   SANITIZE=1 bash gpu-bundle/run-all.sh   # the GPU suite and a short soak under compute-sanitizer memcheck
 #   SANITIZE=1 SANITIZE_API=1 ...           # ... also listing driver calls that returned errors
+#   (run-all.sh puts /usr/local/cuda/lib64 on LD_LIBRARY_PATH, where cudarc finds libcublas)
 #   SOAK_CYCLES=100000 gpu-bundle/example-soak   # the full leak soak; run-all.sh runs it with
 #                                                # its default of 2000 cycles per loop
 set -euo pipefail
@@ -25,10 +26,12 @@ for line in sys.stdin:
         print(m["target"]["kind"][0], m["target"]["name"], m["executable"])'
 }
 
+# Tests and examples with the `cudarc` feature: its adapters' GPU tests and
+# examples/cublas_capture.rs exist only with it.
 {
-  exes test --release --no-run --tests
+  exes test --release --no-run --tests --features cudarc
   exes bench --no-run
-  exes build --release --examples
+  exes build --release --examples --features cudarc
 } | sort -u | while read -r kind name path; do
   [ "$kind $name" = "test ui" ] && continue  # trybuild needs cargo; CI runs it
   case "$kind" in
@@ -49,6 +52,10 @@ cat > "$out/run-all.sh" <<'RUN'
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 status=0
+# cudarc opens libcublas (the cuBLAS test and example) by name on the library path only.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
 run() { echo "=== $*"; "$@" || { echo "!!! FAILED: $*"; status=1; }; }
 for t in "$here"/unit-* "$here"/test-*; do
   [ -x "$t" ] || continue

@@ -28,6 +28,9 @@
 //! one of `dynamic-loading` or `dynamic-linking` (default: `cuda-12080`, `dynamic-loading`). A
 //! crate that depends on cudarc too turns the defaults off and names the same two for both.
 //!
+//! The feature `cudarc` (off by default) adds safe adapters for cudarc's own types — captures on
+//! a `CudaStream`, `CudaSlice`s as buffers, `CudaFunction`s as kernels — in `interop::cudarc`.
+//!
 //! ## Example
 //! ```no_run
 //! use cuda_graph::prelude::*;
@@ -60,6 +63,8 @@ mod definition;
 pub(crate) mod driver;
 mod error;
 mod graph;
+#[cfg(feature = "cudarc")]
+pub mod interop;
 mod runtime;
 mod version;
 

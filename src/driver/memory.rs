@@ -10,15 +10,28 @@ use super::stream::StreamHandle;
 use super::{drv, drv_drop, release};
 use crate::error::Result;
 
-/// An owned device allocation (`cuMemAlloc_v2`, or `cuMemAllocAsync` on a stream), freed on
-/// drop.
-#[derive(Debug)]
+/// A device allocation: owned (`cuMemAlloc_v2`, or `cuMemAllocAsync` on a stream; freed on
+/// drop) or the caller's (`DeviceBuffer::from_raw`: never freed here; its owner value is dropped
+/// with this handle).
 pub(crate) struct DeviceAlloc {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) ptr: sys::CUdeviceptr,
     pub(crate) bytes: usize,
     /// For a stream-ordered allocation: its stream and the event recorded after it.
     pub(crate) ordered: Option<Ordered>,
+    /// For memory the caller owns: what keeps it allocated. `None` for memory allocated here.
+    owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for DeviceAlloc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceAlloc")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("bytes", &self.bytes)
+            .field("borrowed", &self.owner.is_some())
+            .field("stream_ordered", &self.ordered.is_some())
+            .finish()
+    }
 }
 
 /// Where a stream-ordered allocation (`cuMemAllocAsync`) is ordered.
@@ -43,6 +56,7 @@ impl DeviceAlloc {
             ptr,
             bytes,
             ordered: None,
+            owner: None,
         });
         // Zeroed on the context's private setup stream, and waited for, so the zeroes are there
         // for any stream — without synchronising the context (refused while streams capture).
@@ -52,6 +66,32 @@ impl DeviceAlloc {
         // SAFETY: as above; the setup stream is never captured.
         unsafe { drv!(cuStreamSynchronize(setup)) }?;
         Ok(alloc)
+    }
+
+    /// Stands for `bytes` bytes at `ptr` that the caller keeps allocated through `owner`
+    /// (dropped with this handle); never freed here. Makes no driver call.
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` is device memory usable in `ctx`'s context and stays allocated until
+    /// `owner` is dropped.
+    pub(crate) unsafe fn borrowed(
+        ctx: &Arc<PrimaryContext>,
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<Self> {
+        Arc::new(DeviceAlloc {
+            ctx: ctx.clone(),
+            ptr,
+            bytes,
+            ordered: None,
+            owner: Some(owner),
+        })
+    }
+
+    /// Whether the memory is the caller's (made by [`borrowed`](Self::borrowed)).
+    pub(crate) fn is_borrowed(&self) -> bool {
+        self.owner.is_some()
     }
 }
 
@@ -78,6 +118,7 @@ impl DeviceAlloc {
                 stream: stream.clone(),
                 ready: ready.clone(),
             }),
+            owner: None,
         });
         // SAFETY: `ptr` holds `bytes` bytes from the allocation just queued before it on the
         // same stream.
@@ -117,6 +158,10 @@ impl DeviceAlloc {
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
+        if self.owner.is_some() {
+            // The caller's memory: its owner (dropped after this) frees it, or not.
+            return;
+        }
         match self.ordered.take() {
             // SAFETY: allocated in `zeroed`, freed exactly once, here.
             None => release::destroy_in(&self.ctx, self.ptr, |ptr| unsafe {

@@ -171,6 +171,22 @@ pub(crate) fn driver_error(r: sys::CUresult, call: &'static str) -> DriverError 
     )
 }
 
+/// The [`DriverError`] for a result another library's call got (cudarc's `DriverError`): the
+/// driver's name and description when the driver is loaded; else the bindings' name for it.
+#[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+pub(crate) fn foreign_error(r: sys::CUresult, call: &'static str) -> DriverError {
+    if loaded().is_ok() {
+        driver_error(r, call)
+    } else {
+        DriverError::new(
+            call,
+            r as u32,
+            format!("{r:?}"),
+            "(no description: the CUDA driver is not loaded)",
+        )
+    }
+}
+
 /// Turns a `CUresult` into `Result<()>`.
 pub(crate) fn check(r: sys::CUresult, call: &'static str) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {

@@ -175,13 +175,16 @@ impl StreamHandle {
         self.raw_capture_status()
     }
 
+    /// Whether the stream is the caller's (`Stream::from_raw`): a capture begun outside this
+    /// crate may record on it without its capture slot knowing.
+    pub(crate) fn is_borrowed(&self) -> bool {
+        matches!(self.origin, Origin::Borrowed(_))
+    }
+
     /// `cuStreamIsCapturing`; the context must be current.
-    fn raw_capture_status(&self) -> Result<CaptureStatus> {
-        let mut status = CaptureStatus::NONE_RAW;
-        // SAFETY: `raw` is a live stream; `status_out` points at a `u32` the driver may write any
-        // status value into (it is never read as the bindings' enum).
-        unsafe { drv!(cuStreamIsCapturing(self.raw, status_out(&mut status))) }?;
-        Ok(CaptureStatus::from_raw(status))
+    pub(crate) fn raw_capture_status(&self) -> Result<CaptureStatus> {
+        // SAFETY: `raw` is a live stream of `ctx`, which the caller made current.
+        unsafe { capture_status_of(self.raw) }
     }
 
     /// Ends any capture on this stream (an invalidated one too) so the stream can be used again.
@@ -233,6 +236,19 @@ impl Drop for StreamHandle {
             drv_drop!(cuStreamDestroy_v2(raw))
         });
     }
+}
+
+/// Whether `stream` is capturing (`cuStreamIsCapturing`), for a stream this crate may hold no
+/// handle of (a cudarc slice's stream).
+///
+/// # Safety
+/// `stream` is a live stream of the current context.
+pub(crate) unsafe fn capture_status_of(stream: sys::CUstream) -> Result<CaptureStatus> {
+    let mut status = CaptureStatus::NONE_RAW;
+    // SAFETY: the caller's promise; `status_out` points at a `u32` the driver may write any
+    // status value into (it is never read as the bindings' enum).
+    unsafe { drv!(cuStreamIsCapturing(stream, status_out(&mut status))) }?;
+    Ok(CaptureStatus::from_raw(status))
 }
 
 /// Blocks until all work on `stream` is done (`cuStreamSynchronize`). On a capturing stream this

@@ -71,7 +71,12 @@ device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 ///
 /// Graphs that use the buffer (a kernel argument, a memset or memcpy) hold it too, so dropping
 /// the `DeviceBuffer` while a graph or exec still uses it only drops this handle's share.
+/// Clones share the allocation (another handle to the same device memory, not a copy of it).
 /// `Send + Sync`: the handle is a device address; the data lives on the GPU.
+///
+/// Memory this crate did not allocate (a raw `CUdeviceptr`, cudarc's, a library's) becomes a
+/// `DeviceBuffer` through the `unsafe` [`from_raw`](Self::from_raw), with an owner value that is
+/// held in place of the allocation; such a buffer is used exactly like one of the crate's own.
 pub struct DeviceBuffer<T: DeviceCopy> {
     pub(crate) alloc: Arc<DeviceAlloc>,
     len: usize,
@@ -88,7 +93,114 @@ impl<T: DeviceCopy> std::fmt::Debug for DeviceBuffer<T> {
     }
 }
 
+impl<T: DeviceCopy> Clone for DeviceBuffer<T> {
+    fn clone(&self) -> Self {
+        DeviceBuffer::new(self.alloc.clone(), self.len)
+    }
+}
+
+/// The byte length of `len` elements of `T` at device address `ptr`, if they can form a buffer:
+/// `T` is not zero-sized, `len > 0`, `ptr` is not null and aligned for `T`, and the range does not
+/// overflow.
+pub(crate) fn raw_byte_len<T>(ptr: u64, len: usize) -> Result<usize> {
+    let size = std::mem::size_of::<T>();
+    let align = std::mem::align_of::<T>() as u64;
+    let what = std::any::type_name::<T>();
+    if size == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "a device buffer of the zero-sized type {what}"
+        )));
+    }
+    if len == 0 {
+        return Err(Error::InvalidArgument(
+            "a device buffer of 0 elements".into(),
+        ));
+    }
+    if ptr == 0 {
+        return Err(Error::InvalidArgument(
+            "a device buffer at the null address".into(),
+        ));
+    }
+    if ptr % align != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "device address {ptr:#x} is not aligned for {what} (alignment {align})"
+        )));
+    }
+    let bytes = len
+        .checked_mul(size)
+        .filter(|&b| ptr.checked_add(b as u64).is_some())
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{len} elements of {what} at {ptr:#x} overflow the address space"
+            ))
+        })?;
+    Ok(bytes)
+}
+
 impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// Wraps device memory this crate did not allocate — a raw `CUdeviceptr`, cudarc's, a
+    /// library's — as a buffer of `len` elements at `ptr`. The crate never frees it: `owner`
+    /// (for example what owns the allocation) is held in place of an allocation by this buffer,
+    /// its clones and every graph and exec that uses it (as a kernel argument, memset or memcpy,
+    /// captured or in a definition), and dropped after the last of them.
+    ///
+    /// Fails with [`Error::InvalidArgument`] when `T` is zero-sized, `len` is 0, `ptr` is null or
+    /// not aligned for `T`, or the range overflows. Makes no driver call.
+    ///
+    /// With the `cudarc` feature, `DeviceBuffer::from_cudarc` does this safely for a cudarc
+    /// `CudaSlice` shared through an `Arc`.
+    ///
+    /// # Safety
+    /// - `ptr..ptr + len * size_of::<T>()` is device memory usable in `device`'s primary context
+    ///   (allocated in it, or mapped/peer-accessible there), readable and writable by the GPU;
+    /// - it stays allocated until `owner` is dropped (the crate drops `owner` only after the
+    ///   last graph launch that uses the memory has finished);
+    /// - nothing else frees it, or reuses it in ways the graphs' work would race with, before then.
+    ///
+    /// The host never reads or writes this memory except through this buffer's own methods, so
+    /// the contents need not be valid `T`s until they are copied back ([`DeviceCopy`] types
+    /// accept any bits).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device, raw_ptr: u64, keep: std::sync::Arc<()>) -> cuda_graph::Result<()> {
+    /// // SAFETY: `raw_ptr` points at 256 f32 in device 0's primary context; `keep` owns them.
+    /// let buf = unsafe { DeviceBuffer::<f32>::from_raw(device, raw_ptr, 256, keep) }?;
+    /// let stream = device.create_stream()?;
+    /// stream.memset_d32(&buf, 0)?;
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn from_raw(
+        device: &Device,
+        ptr: u64,
+        len: usize,
+        owner: impl std::any::Any + Send + Sync,
+    ) -> Result<DeviceBuffer<T>> {
+        let bytes = raw_byte_len::<T>(ptr, len)?;
+        // SAFETY: forwarded from the caller.
+        let alloc = unsafe { DeviceAlloc::borrowed(&device.ctx, ptr, bytes, Box::new(owner)) };
+        Ok(DeviceBuffer::new(alloc, len))
+    }
+
+    /// The raw device address (`CUdeviceptr`), for passing to other CUDA code; the same as
+    /// [`device_ptr`](Self::device_ptr). Work issued with it behind this crate's back is not
+    /// tracked: keep this buffer (or a clone) alive for as long as that work may run.
+    ///
+    /// ```no_run
+    /// # fn f(buf: &cuda_graph::DeviceBuffer<f32>) {
+    /// let raw: cudarc::driver::sys::CUdeviceptr = buf.as_raw();
+    /// # }
+    /// ```
+    pub fn as_raw(&self) -> cudarc::driver::sys::CUdeviceptr {
+        self.alloc.ptr
+    }
+
+    /// Whether the memory is someone else's (made by [`from_raw`](Self::from_raw) or a cudarc
+    /// adapter): it is then never freed by this crate.
+    pub fn is_borrowed(&self) -> bool {
+        self.alloc.is_borrowed()
+    }
+
     pub(crate) fn new(alloc: Arc<DeviceAlloc>, len: usize) -> Self {
         DeviceBuffer {
             alloc,
@@ -197,5 +309,27 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// How many handles (this one, graphs, execs) share the allocation. For tests and diagnostics.
     pub fn share_count(&self) -> usize {
         Arc::strong_count(&self.alloc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_buffers_are_checked_before_wrapping() {
+        assert_eq!(raw_byte_len::<f32>(0x1000, 256).unwrap(), 1024);
+        assert_eq!(raw_byte_len::<u8>(0x1001, 3).unwrap(), 3);
+        let refused = |r: Result<usize>, what: &str| match r {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(what), "{m}"),
+            other => panic!("expected a refusal mentioning {what:?}, got {other:?}"),
+        };
+        refused(raw_byte_len::<f32>(0x1000, 0), "0 elements");
+        refused(raw_byte_len::<f32>(0, 4), "null");
+        refused(raw_byte_len::<f32>(0x1002, 4), "not aligned");
+        refused(raw_byte_len::<u64>(0x1004, 1), "not aligned");
+        refused(raw_byte_len::<u64>(u64::MAX - 15, 4), "overflow");
+        refused(raw_byte_len::<u32>(0x1000, usize::MAX / 2), "overflow");
+        refused(raw_byte_len::<()>(0x1000, 1), "zero-sized");
     }
 }

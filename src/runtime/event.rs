@@ -104,6 +104,20 @@ impl std::fmt::Debug for Event {
 }
 
 impl Event {
+    /// The raw `CUevent`, for passing to other CUDA code; valid while this `Event` (or a clone)
+    /// lives. Records and waits issued on it behind this crate's back are not tracked: a stream
+    /// that waits on it through the raw handle does not join a capture the way
+    /// [`Stream::wait`](crate::Stream::wait) does.
+    ///
+    /// ```no_run
+    /// # fn f(event: &cuda_graph::Event) {
+    /// let raw: cudarc::driver::sys::CUevent = event.as_raw();
+    /// # }
+    /// ```
+    pub fn as_raw(&self) -> sys::CUevent {
+        self.handle.raw
+    }
+
     /// Blocks until the work recorded before this event has completed.
     pub fn synchronize(&self) -> Result<()> {
         self.handle.ctx.bind()?;

@@ -23,7 +23,7 @@ pub use stream::Stream;
 static_assertions::assert_impl_all!(Device: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(Stream: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(Event: Send, Sync, Clone, std::fmt::Debug);
-static_assertions::assert_impl_all!(DeviceBuffer<i32>: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(DeviceBuffer<i32>: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(PinnedBuffer<i32>: Send, Sync, std::fmt::Debug);
 static_assertions::assert_not_impl_any!(PinnedBuffer<i32>: Clone);
 static_assertions::assert_impl_all!(EventOptions: Send, Sync, Copy, Default, std::fmt::Debug);

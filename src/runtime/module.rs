@@ -42,6 +42,18 @@ impl std::fmt::Debug for Function {
 }
 
 impl Module {
+    /// The raw `CUmodule`, for passing to other CUDA code; loaded while this `Module` (or one of
+    /// its functions, or a graph launching them) lives. Do not unload it.
+    ///
+    /// ```no_run
+    /// # fn f(module: &cuda_graph::Module) {
+    /// let raw: cudarc::driver::sys::CUmodule = module.as_raw();
+    /// # }
+    /// ```
+    pub fn as_raw(&self) -> cudarc::driver::sys::CUmodule {
+        self.handle.raw
+    }
+
     /// An observer that tells when the module is unloaded (after every `Module` and `Function`
     /// handle of it and every graph and exec launching its kernels are dropped).
     ///

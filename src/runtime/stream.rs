@@ -103,11 +103,16 @@ impl Stream {
     /// the driver as usual, but what it uses is the caller's to keep alive for as long as the
     /// graph and its execs.
     ///
+    /// Work issued through this crate on a stream that a capture begun outside this crate
+    /// records on (cudarc's `begin_capture`, raw calls) is refused with an error: the crate asks
+    /// the driver (`cuStreamIsCapturing`, one call per operation on such streams) before each.
+    ///
     /// # Safety
     /// - `raw` is a live stream of `device`'s primary context (the context cudarc's
     ///   `CudaContext::new(ordinal)` also uses), and stays valid until `owner` is dropped;
-    /// - no capture begun outside this crate is recording on it while this crate issues work on
-    ///   it (the crate could not keep that work's operands alive).
+    /// - no capture is begun on it outside this crate (on another thread) while this crate issues
+    ///   work on it: the check above cannot see a capture that begins during the operation, and
+    ///   the crate could not keep that work's operands alive.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -245,6 +250,13 @@ impl Stream {
             }
             // The capture ended: the link is stale.
             *slot = None;
+        }
+        if self.handle.is_borrowed() && self.handle.raw_capture_status()? != CaptureStatus::None {
+            // A capture this crate did not begin (cudarc's `begin_capture`, raw calls): the work
+            // would be recorded into a graph that holds none of its operands.
+            return Err(Error::InvalidArgument(
+                "a capture begun outside this crate is recording on this stream: end it first, or capture with this crate (`create_graph_builder`)".into(),
+            ));
         }
         let mut rec = Recording {
             tree: None,

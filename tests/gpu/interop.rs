@@ -1,5 +1,6 @@
-//! Handles this crate did not make: a raw `CUstream` and a raw `CUfunction`, wrapped with an
-//! owner value the crate keeps alive for as long as anything uses them.
+//! Handles this crate did not make: a raw `CUstream`, a raw `CUfunction` and raw device memory,
+//! wrapped with an owner value the crate keeps alive for as long as anything uses them; and
+//! cuBLAS captured between two of the crate's kernels.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use cudarc::driver::sys;
 
 use crate::args;
 use crate::support::{eventually, one, Gpu, Needs, TestResult, KERNELS};
+use cudarc::cublas::{result as blas, sys as blas_sys};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
@@ -20,6 +22,16 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         "interop::raw_kernel_in_a_capture_and_a_definition",
         Needs::Gpu,
         raw_kernel_in_a_capture_and_a_definition,
+    ),
+    (
+        "interop::raw_buffer_is_held_like_an_allocation_until_the_last_use",
+        Needs::Gpu,
+        raw_buffer_is_held_like_an_allocation_until_the_last_use,
+    ),
+    (
+        "interop::cublas_gemm_between_two_kernels_in_one_graph",
+        Needs::Cublas,
+        cublas_gemm_between_two_kernels_in_one_graph,
     ),
 ];
 
@@ -195,5 +207,251 @@ fn raw_kernel_in_a_capture_and_a_definition(gpu: &Gpu) -> TestResult {
         eventually(|| dropped.load(Ordering::SeqCst)),
         "the module's owner is dropped after the last exec"
     );
+    Ok(())
+}
+
+/// Raw device memory that the test owns: freed (and noted) when the owner value is dropped.
+struct RawMemory {
+    ptr: u64,
+    ctx: usize,
+    freed: Arc<AtomicBool>,
+}
+
+impl Drop for RawMemory {
+    fn drop(&mut self) {
+        // SAFETY: `ctx` is device 0's primary context, retained by the crate's handles for as long
+        // as any of them lives (this owner is dropped by one of them); `ptr` was allocated by the
+        // test and is freed once, here, after the last graph launch that used it.
+        let r = unsafe {
+            sys::cuCtxSetCurrent(self.ctx as sys::CUcontext);
+            sys::cuMemFree_v2(self.ptr)
+        };
+        self.freed
+            .store(r == sys::CUresult::CUDA_SUCCESS, Ordering::SeqCst);
+    }
+}
+
+fn raw_buffer_is_held_like_an_allocation_until_the_last_use(gpu: &Gpu) -> TestResult {
+    let _current = Current::new()?;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: a valid out pointer.
+    check(unsafe { sys::cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")?;
+    let mut ptr = 0;
+    // SAFETY: the context is current; `ptr` is a valid out pointer.
+    check(unsafe { sys::cuMemAlloc_v2(&mut ptr, 16) }, "cuMemAlloc_v2")?;
+    let freed = Arc::new(AtomicBool::new(false));
+    let owner = RawMemory {
+        ptr,
+        ctx: ctx as usize,
+        freed: freed.clone(),
+    };
+    // SAFETY: 16 bytes (4 i32) at `ptr` in device 0's primary context, freed only by `owner`.
+    let buf = unsafe { DeviceBuffer::<i32>::from_raw(&gpu.device, ptr, 4, owner) }?;
+    assert_eq!((buf.as_raw(), buf.len(), buf.byte_len()), (ptr, 4, 16));
+    assert!(buf.is_borrowed());
+    let watch = buf.release_observer();
+    let copy = gpu.device.alloc_zeroed::<i32>(4)?;
+    assert!(!copy.is_borrowed());
+
+    // Plain stream work and the synchronous copies.
+    buf.copy_from(&[1, 2, 3, 4])?;
+    let s = gpu.stream();
+    s.memcpy_dtod(&copy, &buf)?;
+    s.memset_d32(&buf, 9)?;
+    s.synchronize()?;
+    assert_eq!(
+        (copy.to_vec()?, buf.to_vec()?),
+        (vec![1, 2, 3, 4], vec![9; 4])
+    );
+
+    // A capture: memset, kernel argument, memcpy source.
+    let add_one_at = gpu.f("add_one_at");
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    b.memset_d32(&buf, 5)?;
+    // SAFETY: add_one_at(int*, int) with index 1 of 4.
+    unsafe { b.launch(&add_one_at, one(), &args![&buf, 1i32])? };
+    b.memcpy_dtod(&copy, &buf)?;
+    let captured = b.end_building()?.complete(&Default::default())?;
+
+    // A definition, through a clone: kernel argument and memcpy destination.
+    let clone = buf.clone();
+    let def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: add_one_at(int*, int) with index 3 of 4.
+    let k = unsafe { def.add_kernel(&[], &add_one_at, one(), &args![&clone, 3i32])? };
+    def.add_memcpy(&[&k], &copy, &clone)?;
+    let explicit = def.instantiate(&Default::default())?;
+
+    drop((buf, clone, def));
+    assert!(
+        !watch.is_released() && !freed.load(Ordering::SeqCst),
+        "the graphs hold the owner"
+    );
+    captured.launch(&s)?;
+    explicit.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(
+        copy.to_vec()?,
+        [5, 6, 5, 6],
+        "memset, +1 at 1, then +1 at 3"
+    );
+    drop(captured);
+    assert!(
+        !freed.load(Ordering::SeqCst),
+        "the explicit exec still holds the owner"
+    );
+    drop(explicit);
+    assert!(
+        eventually(|| freed.load(Ordering::SeqCst)),
+        "the owner is dropped (and frees the memory) after the last exec"
+    );
+    assert!(watch.is_released());
+    Ok(())
+}
+
+/// C (M×N) = A (M×K) · B (K×N), column-major; the graph computes heat_step(A·B).
+const M: usize = 64;
+const N: usize = 48;
+const K: usize = 32;
+const HEAT: f32 = 0.25;
+
+fn inputs(len: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(12_345);
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (x >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn gemm_then_heat(a: &[f32], b: &[f32]) -> Vec<f32> {
+    let mut c = vec![0f32; M * N];
+    for j in 0..N {
+        for i in 0..M {
+            c[i + j * M] = (0..K).map(|p| a[i + p * M] * b[p + j * K]).sum();
+        }
+    }
+    let mut out = c.clone();
+    for i in 1..c.len() - 1 {
+        out[i] = c[i] + HEAT * (c[i - 1] - 2.0 * c[i] + c[i + 1]);
+    }
+    out
+}
+
+/// A cuBLAS handle, destroyed on drop.
+struct Cublas(blas_sys::cublasHandle_t);
+
+impl Drop for Cublas {
+    fn drop(&mut self) {
+        // SAFETY: created by the test, destroyed once, here, after its work has finished.
+        let _ = unsafe { blas::destroy_handle(self.0) };
+    }
+}
+
+fn cublas_gemm_between_two_kernels_in_one_graph(gpu: &Gpu) -> TestResult {
+    let (copy_f32, heat_step) = (gpu.f("copy_f32"), gpu.f("heat_step"));
+    let s = gpu.stream(); // binds the primary context, which cuBLAS then uses
+    let a_in = gpu.device.alloc_zeroed::<f32>(M * K)?;
+    let a = gpu.device.alloc_zeroed::<f32>(M * K)?;
+    let b = gpu.device.alloc_zeroed::<f32>(K * N)?;
+    let c = gpu.device.alloc_zeroed::<f32>(M * N)?;
+    let out = gpu.device.alloc_zeroed::<f32>(M * N)?;
+    // cuBLAS would allocate its own workspace on first use, which is illegal while capturing.
+    let workspace = gpu.device.alloc_zeroed::<u8>(32 << 20)?;
+    let handle = Cublas(blas::create_handle()?);
+    // SAFETY: live handle, stream and workspace; the workspace outlives every GEMM that uses it
+    // (dropped after the graph, once the stream is synchronised).
+    unsafe {
+        blas::set_stream(handle.0, s.as_raw() as blas_sys::cudaStream_t)?;
+        blas_sys::cublasSetWorkspace_v2(
+            handle.0,
+            workspace.as_raw() as *mut std::ffi::c_void,
+            workspace.byte_len(),
+        )
+        .result()?;
+    }
+    let gemm = || {
+        let (one, zero) = (1f32, 0f32);
+        // SAFETY: A is M×K (lda M), B is K×N (ldb K), C is M×N (ldc M), live buffers of this
+        // context; the scalars are host values read during the call.
+        unsafe {
+            blas::sgemm(
+                handle.0,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                M as i32,
+                N as i32,
+                K as i32,
+                &one,
+                a.as_raw() as *const f32,
+                M as i32,
+                b.as_raw() as *const f32,
+                K as i32,
+                &zero,
+                c.as_raw() as *mut f32,
+                M as i32,
+            )
+        }
+    };
+    // Warm-up outside the capture: cuBLAS's first GEMM loads kernels and sets up the handle,
+    // which is illegal while capturing.
+    gemm()?;
+    s.synchronize()?;
+
+    let builder = s.create_graph_builder().begin_building(ThreadLocal)?;
+    let (na, nc) = ((M * K) as i32, (M * N) as i32);
+    // SAFETY: copy_f32(const float*, float*, int) over M·K floats.
+    unsafe {
+        builder.launch(
+            &copy_f32,
+            LaunchConfig::for_num_elems(na as u32),
+            &args![&a_in, &a, na],
+        )?
+    };
+    gemm()?; // on `s.as_raw()`, which is capturing: recorded into the graph
+             // SAFETY: heat_step(const float*, float*, int, float) over M·N floats.
+    unsafe {
+        builder.launch(
+            &heat_step,
+            LaunchConfig::for_num_elems(nc as u32),
+            &args![&c, &out, nc, HEAT],
+        )?
+    };
+    let ended = builder.end_building()?;
+    let def = ended.graph_definition()?;
+    let nodes = def.nodes()?;
+    let kernels = nodes
+        .iter()
+        .filter(|n| matches!(def.node_type(n), Ok(NodeType::Kernel)))
+        .count();
+    assert!(
+        kernels >= 3,
+        "two kernels of ours and at least one of cuBLAS's, got {kernels} kernel nodes of {}",
+        nodes.len()
+    );
+    drop(def);
+    let graph = ended.complete(&Default::default())?;
+
+    for replay in 0..3u32 {
+        let (ah, bh) = (inputs(M * K, 2 * replay), inputs(K * N, 2 * replay + 1));
+        a_in.copy_from(&ah)?;
+        b.copy_from(&bh)?;
+        graph.launch(&s)?;
+        s.synchronize()?;
+        let got = out.to_vec()?;
+        let want = gemm_then_heat(&ah, &bh);
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (g - w).abs())
+            .fold(0f32, f32::max);
+        println!("replay {replay}: max error {err:e}");
+        assert!(
+            err <= 1e-3,
+            "replay {replay}: max error {err} against the CPU reference"
+        );
+    }
+    drop(graph);
+    s.synchronize()?;
     Ok(())
 }

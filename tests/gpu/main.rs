@@ -7,6 +7,8 @@ mod support;
 
 mod builder;
 mod conditional;
+#[cfg(feature = "cudarc")]
+mod cudarc_adapters;
 mod definition;
 mod fork;
 mod foundation;
@@ -39,6 +41,11 @@ fn main() {
     let mut tests = vec![Trial::test("foundation::no_driver_gives_an_error", || {
         foundation::no_driver_gives_an_error().map_err(|e| Failed::from(e.to_string()))
     })];
+    // The cudarc adapters' tests exist with the `cudarc` feature (the GPU bundle enables it).
+    #[cfg(feature = "cudarc")]
+    let adapters = cudarc_adapters::TESTS;
+    #[cfg(not(feature = "cudarc"))]
+    let adapters: &[(&str, Needs, TestFn)] = &[];
     for (name, needs, f) in foundation::TESTS
         .iter()
         .chain(builder::TESTS)
@@ -46,6 +53,7 @@ fn main() {
         .chain(conditional::TESTS)
         .chain(definition::TESTS)
         .chain(interop::TESTS)
+        .chain(adapters)
         .chain(safety::TESTS)
         .chain(memory::TESTS)
     {

@@ -52,11 +52,30 @@ pub enum Needs {
     Gpu,
     /// Conditional nodes: compute capability 9.0 and the given driver.
     Conditional(DriverVersion),
+    /// libcublas, opened by cudarc's loader.
+    Cublas,
+}
+
+/// Why libcublas cannot be used here, if it cannot (checked without panicking: cudarc's loader
+/// panics when a cuBLAS function is called and the library is missing).
+pub fn cublas_missing() -> Option<String> {
+    #[cfg(feature = "dynamic-loading")]
+    {
+        // SAFETY: only tries to open the library (and closes it again).
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Some(format!(
+                "GPU test skipped: libcublas could not be loaded (cudarc tried {}); with a CUDA toolkit in /usr/local/cuda, run with LD_LIBRARY_PATH=/usr/local/cuda/lib64",
+                cudarc::get_lib_name_candidates("cublas").join(", ")
+            ));
+        }
+    }
+    None
 }
 
 pub fn unmet(gpu: &Gpu, needs: Needs) -> Option<String> {
     match needs {
         Needs::Gpu => None,
+        Needs::Cublas => cublas_missing(),
         Needs::Conditional(v) => {
             let cc = gpu.device.compute_capability().ok()?;
             if cc < (9, 0) {

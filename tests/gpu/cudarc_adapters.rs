@@ -1,0 +1,144 @@
+//! The `cudarc` feature's adapters: cudarc's streams, slices and kernels in this crate's graphs,
+//! held for as long as the graphs use them; foreign captures refused.
+
+use std::sync::Arc;
+
+use cuda_graph::prelude::*;
+use cudarc::driver::{sys, CudaContext};
+use cudarc::nvrtc::Ptx;
+
+use crate::args;
+use crate::support::{eventually, one, Gpu, Needs, TestResult, KERNELS};
+
+pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    (
+        "cudarc::capture_on_a_cudarc_stream_holds_its_slices_and_kernel",
+        Needs::Gpu,
+        capture_on_a_cudarc_stream_holds_its_slices_and_kernel,
+    ),
+    (
+        "cudarc::work_during_a_cudarc_capture_is_refused",
+        Needs::Gpu,
+        work_during_a_cudarc_capture_is_refused,
+    ),
+];
+
+fn capture_on_a_cudarc_stream_holds_its_slices_and_kernel(gpu: &Gpu) -> TestResult {
+    let ctx = CudaContext::new(gpu.device.ordinal())?;
+    let device = Device::from_cudarc(&ctx)?;
+    assert_eq!(device.ordinal(), gpu.device.ordinal());
+
+    // Slices allocated on a stream of their own (event tracking on: two streams).
+    let alloc_stream = ctx.new_stream()?;
+    let slice = Arc::new(alloc_stream.clone_htod(&[10i32, 20, 30, 40])?);
+    alloc_stream.synchronize()?;
+    let slice_alive = Arc::downgrade(&slice);
+    let whole = DeviceBuffer::from_cudarc(&device, slice.clone())?;
+    let tail = DeviceBuffer::from_cudarc_range(&device, slice.clone(), 2..)?;
+    assert_eq!((whole.len(), tail.len()), (4, 2));
+    assert_eq!(tail.as_raw(), whole.as_raw() + 8);
+    assert!(whole.is_borrowed());
+    for bad in [
+        DeviceBuffer::from_cudarc_range(&device, slice.clone(), 3..3),
+        DeviceBuffer::from_cudarc_range(&device, slice.clone(), 0..5),
+    ] {
+        assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
+    }
+    drop(slice);
+
+    // A cudarc kernel (its module loaded by cudarc from the shipped fatbin).
+    let module = ctx.load_module(Ptx::from_binary(KERNELS.to_vec()))?;
+    let module_alive = Arc::downgrade(&module);
+    let f = module.load_function("add_one_at")?;
+    // SAFETY: `f` comes from a module loaded by `CudaContext::new(0)`, device 0's primary context.
+    let k = unsafe { Function::from_cudarc(&device, &f, "add_one_at") };
+    assert_eq!(k.as_raw(), f.cu_function());
+    drop((f, module));
+
+    // The capture, on a cudarc stream.
+    let cap = ctx.new_stream()?;
+    let stream_alive = Arc::downgrade(&cap);
+    // SAFETY: no cudarc capture is begun on `cap` while the crate uses it.
+    let stream = unsafe { Stream::from_cudarc(&device, &cap)? };
+    drop(cap);
+    // Allocated before the capture: an allocation on the capturing thread would invalidate it.
+    let crate_buf = gpu.device.alloc_zeroed::<i32>(2)?;
+    let b = stream.create_graph_builder().begin_building(ThreadLocal)?;
+    // SAFETY: add_one_at(int*, int) with indices inside each buffer.
+    unsafe {
+        b.launch(&k, one(), &args![&whole, 0i32])?;
+        b.launch(&k, one(), &args![&tail, 1i32])?;
+    }
+    b.memcpy_dtod(&crate_buf, &tail)?;
+    let graph = b.end_building()?.complete(&Default::default())?;
+    let reader = whole.clone();
+    drop((whole, tail, k, stream));
+    assert!(
+        eventually(|| stream_alive.upgrade().is_none()),
+        "the capture stream is let go once the capture ended and the Stream is dropped"
+    );
+
+    let s = gpu.stream();
+    graph.launch(&s)?;
+    graph.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(reader.to_vec()?, [12, 20, 30, 42]);
+    assert_eq!(crate_buf.to_vec()?, [30, 42]);
+    drop(reader);
+    assert!(
+        slice_alive.upgrade().is_some() && module_alive.upgrade().is_some(),
+        "the exec holds the slice and the kernel's module"
+    );
+    drop(graph);
+    assert!(
+        eventually(|| slice_alive.upgrade().is_none() && module_alive.upgrade().is_none()),
+        "slice and module are dropped after the exec's last launch"
+    );
+    ctx.check_err()?; // cudarc's drops (free, unload) went well
+    Ok(())
+}
+
+fn work_during_a_cudarc_capture_is_refused(gpu: &Gpu) -> TestResult {
+    let ctx = CudaContext::new(gpu.device.ordinal())?;
+    let device = Device::from_cudarc(&ctx)?;
+    let cap = ctx.new_stream()?;
+    // SAFETY: the cudarc capture below is begun and ended on this thread, between the crate's
+    // operations, never during one.
+    let stream = unsafe { Stream::from_cudarc(&device, &cap)? };
+    let buf = gpu.device.alloc_zeroed::<i32>(4)?;
+    stream.memset_d32(&buf, 1)?;
+    stream.synchronize()?;
+
+    cap.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+    let refused = stream.memset_d32(&buf, 2);
+    let ended = cap.end_capture(
+        sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+    );
+    assert!(
+        matches!(&refused, Err(Error::InvalidArgument(m)) if m.contains("outside this crate")),
+        "{refused:?}"
+    );
+    drop(ended?);
+
+    // A slice converted while its own stream captures (event tracking on) is refused too.
+    let slice = Arc::new(cap.alloc_zeros::<i32>(4)?);
+    cap.synchronize()?;
+    cap.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+    let converted = DeviceBuffer::from_cudarc(&device, slice.clone());
+    let ended = cap.end_capture(
+        sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+    );
+    assert!(ctx.is_managing_stream_synchronization());
+    assert!(
+        matches!(&converted, Err(Error::InvalidArgument(m)) if m.contains("capturing")),
+        "{converted:?}"
+    );
+    drop(ended?);
+    assert!(DeviceBuffer::from_cudarc(&device, slice)?.len() == 4);
+
+    // Not capturing any more: work goes through again.
+    stream.memset_d32(&buf, 3)?;
+    stream.synchronize()?;
+    assert_eq!(buf.to_vec()?, [3; 4]);
+    Ok(())
+}
