@@ -74,7 +74,8 @@ pub use builder::{
 };
 pub use core::source::FinishedGraph;
 pub use definition::{
-    GraphAllocation, GraphDefinition, GraphNode, Memset2d, MemsetValue, NodeType,
+    GraphAllocation, GraphDefinition, GraphNode, MemAllocOptions, Memset2d, MemsetValue, NodeType,
+    PeerAccess,
 };
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
@@ -95,7 +96,8 @@ pub mod prelude {
     };
     pub use crate::{
         EventOptions, FinishedGraph, GraphAllocation, GraphDefinition, GraphMemoryUsage, GraphNode,
-        Memset2d, MemsetValue, NodeType, PinnedBuffer, ReleaseObserver,
+        MemAllocOptions, Memset2d, MemsetValue, NodeType, PeerAccess, PinnedBuffer,
+        ReleaseObserver,
     };
 }
 

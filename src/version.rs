@@ -13,6 +13,8 @@ impl DriverVersion {
     pub const V12_3: DriverVersion = DriverVersion(12030);
     /// CUDA 12.8: IF with ELSE, SWITCH nodes.
     pub const V12_8: DriverVersion = DriverVersion(12080);
+    /// CUDA 13.0: managed memory in graph allocations.
+    pub const V13_0: DriverVersion = DriverVersion(13000);
 
     /// The major version (`12` for 12.8).
     pub fn major(self) -> i32 {

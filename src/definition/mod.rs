@@ -21,7 +21,7 @@ mod nodes;
 mod topology;
 
 pub use node::{GraphNode, NodeType};
-pub use nodes::{GraphAllocation, Memset2d, MemsetValue};
+pub use nodes::{GraphAllocation, MemAllocOptions, Memset2d, MemsetValue, PeerAccess};
 
 /// A CUDA graph (`CUgraph`) built explicitly, node by node — or a view of a graph a builder
 /// captured, to inspect and extend it.

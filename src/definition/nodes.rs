@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::runtime::{
     DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig, Recording,
 };
+use crate::DriverVersion;
 use crate::HostCallback;
 
 /// The shape of a 2D memset ([`GraphDefinition::add_memset_2d`]), in elements of the buffer's
@@ -125,6 +126,75 @@ pub(crate) fn check_alloc_size(bytes: usize) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// How other devices may access a graph allocation ([`MemAllocOptions::peer_access`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerAccess {
+    /// Reads only (`CU_MEM_ACCESS_FLAGS_PROT_READ`).
+    Read,
+    /// Reads and writes (`CU_MEM_ACCESS_FLAGS_PROT_READWRITE`).
+    ReadWrite,
+}
+
+/// Options of a memory allocation node ([`GraphDefinition::add_mem_alloc_with`]). The default:
+/// pinned device memory on the graph's device, no peers.
+///
+/// ```
+/// # use cuda_graph::prelude::*;
+/// let options = MemAllocOptions::new().on_device(0).peer_access(1, PeerAccess::Read);
+/// assert_eq!(options.device(), Some(0));
+/// assert_eq!(options.peers(), &[(1, PeerAccess::Read)]);
+/// assert!(!options.is_managed());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemAllocOptions {
+    device: Option<usize>,
+    peers: Vec<(usize, PeerAccess)>,
+    managed: bool,
+}
+
+impl MemAllocOptions {
+    /// The defaults (see the type).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Allocates on device `ordinal` instead of the graph's device.
+    pub fn on_device(mut self, ordinal: usize) -> Self {
+        self.device = Some(ordinal);
+        self
+    }
+
+    /// Lets device `ordinal` access the memory (`accessDescs`); a later call for the same
+    /// device replaces the earlier one.
+    pub fn peer_access(mut self, ordinal: usize, access: PeerAccess) -> Self {
+        self.peers.retain(|(o, _)| *o != ordinal);
+        self.peers.push((ordinal, access));
+        self
+    }
+
+    /// Managed (unified) memory instead of pinned device memory (`CU_MEM_ALLOCATION_TYPE_MANAGED`,
+    /// CUDA 13).
+    pub fn managed(mut self, managed: bool) -> Self {
+        self.managed = managed;
+        self
+    }
+
+    /// The device asked for (`None`: the graph's).
+    pub fn device(&self) -> Option<usize> {
+        self.device
+    }
+
+    /// The peers and their access.
+    pub fn peers(&self) -> &[(usize, PeerAccess)] {
+        &self.peers
+    }
+
+    /// Whether managed memory was asked for.
+    pub fn is_managed(&self) -> bool {
+        self.managed
+    }
 }
 
 /// Device memory allocated by a memory allocation node ([`GraphDefinition::add_mem_alloc`]).
@@ -704,9 +774,11 @@ impl GraphDefinition {
     }
 
     /// Adds a memory allocation node (`cuGraphAddMemAllocNode`) of `bytes` bytes of device
-    /// memory, and returns it with the [`GraphAllocation`]: pass that to the kernels that use the
-    /// memory, then to [`add_mem_free`](Self::add_mem_free). The memory is valid only while the
-    /// graph runs, between the two nodes. `bytes == 0` is an [`Error::InvalidArgument`].
+    /// memory on the graph's device, and returns it with the [`GraphAllocation`]: pass that to the
+    /// kernels that use the memory, then to [`add_mem_free`](Self::add_mem_free). The memory is
+    /// valid only while the graph runs, between the two nodes. `bytes == 0` is an
+    /// [`Error::InvalidArgument`]. [`add_mem_alloc_with`](Self::add_mem_alloc_with) takes options
+    /// (another device, peer access, managed memory).
     ///
     /// The driver restricts graphs with memory nodes (they cannot sit in conditional bodies, and
     /// such a graph may have only one exec at a time).
@@ -723,22 +795,106 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         bytes: usize,
     ) -> Result<(GraphNode, GraphAllocation)> {
+        self.add_mem_alloc_with(deps, bytes, &MemAllocOptions::default())
+    }
+
+    /// [`add_mem_alloc`](Self::add_mem_alloc) with options: the device the memory lives on,
+    /// other devices that may access it, managed memory.
+    ///
+    /// Refused with an [`Error::InvalidArgument`]: a device ordinal that does not exist, a peer
+    /// that cannot access the allocating device (`cuDeviceCanAccessPeer`), the allocating device
+    /// listed as its own peer. Managed memory needs the crate built with a `cuda-13*` feature and
+    /// driver 13.0 ([`Error::Unsupported`] otherwise); what the driver itself refuses is its error.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// // 1 MiB on device 0 that device 1 may read and write.
+    /// let options = MemAllocOptions::new()
+    ///     .on_device(0)
+    ///     .peer_access(1, PeerAccess::ReadWrite);
+    /// let (alloc, scratch) = def.add_mem_alloc_with(&[], 1 << 20, &options)?;
+    /// def.add_mem_free(&[&alloc], scratch)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_mem_alloc_with(
+        &self,
+        deps: &[&GraphNode],
+        bytes: usize,
+        options: &MemAllocOptions,
+    ) -> Result<(GraphNode, GraphAllocation)> {
         check_alloc_size(bytes)?;
         let ctx = &self.handle().ctx;
+        let devices = driver::device::count()?.max(0) as usize;
+        let exists = |ordinal: usize, what: &str| -> Result<sys::CUdevice> {
+            if ordinal >= devices {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} {ordinal} does not exist ({devices} device(s))"
+                )));
+            }
+            driver::device::get(ordinal as i32)
+        };
+        let (target_ordinal, target) = match options.device {
+            Some(o) => (o, exists(o, "allocation device")?),
+            None => (ctx.ordinal, ctx.device),
+        };
+        let mut access = Vec::with_capacity(options.peers.len());
+        for &(peer, how) in &options.peers {
+            let peer_dev = exists(peer, "peer device")?;
+            if peer == target_ordinal {
+                return Err(Error::InvalidArgument(format!(
+                    "device {peer} allocates the memory and always has access: list only other devices as peers"
+                )));
+            }
+            if !driver::device::can_access_peer(peer_dev, target)? {
+                return Err(Error::InvalidArgument(format!(
+                    "device {peer} cannot access memory of device {target_ordinal} (cuDeviceCanAccessPeer)"
+                )));
+            }
+            access.push(sys::CUmemAccessDesc {
+                location: compat::device_location(peer_dev),
+                flags: match how {
+                    PeerAccess::Read => sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ,
+                    PeerAccess::ReadWrite => {
+                        sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                    }
+                },
+            });
+        }
+        let alloc_type = match compat::allocation_type(options.managed) {
+            Some(t) => t,
+            None => {
+                return Err(Error::Unsupported {
+                    feature: "managed graph allocations (build with a cuda-13* feature)",
+                    needs: DriverVersion::V13_0,
+                    driver: crate::driver_version()?,
+                })
+            }
+        };
+        if options.managed {
+            driver::require("managed graph allocations", DriverVersion::V13_0)?;
+        }
         // SAFETY: zeroed allocation parameters are valid plain C data; the used fields are set
-        // below (no access descriptors: the allocating device has access).
+        // below.
         let mut params: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
-        params.poolProps.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        params.poolProps.allocType = alloc_type;
         params.poolProps.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
-        params.poolProps.location = compat::device_location(ctx.device);
+        params.poolProps.location = compat::device_location(target);
         params.bytesize = bytes;
+        params.accessDescCount = access.len();
+        params.accessDescs = if access.is_empty() {
+            std::ptr::null()
+        } else {
+            access.as_ptr()
+        };
         let node = self.add_node_with(
             deps,
             &[],
             |_| {},
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
-                // initialised and the driver writes `dptr`.
+                // initialised, its access descriptors (`access`) alive during the call, and the
+                // driver writes `dptr`.
                 unsafe { driver::graph::add_mem_alloc_node(out, g, d, n, &mut params) }
             },
         )?;

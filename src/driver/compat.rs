@@ -98,6 +98,24 @@ pub(crate) fn device_location(ordinal: i32) -> sys::CUmemLocation {
     location
 }
 
+/// The allocation type of a graph memory pool: pinned device memory, or managed memory (only
+/// the CUDA 13 bindings name it; `None` with the 12.x bindings).
+pub(crate) fn allocation_type(managed: bool) -> Option<sys::CUmemAllocationType> {
+    if !managed {
+        return Some(sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED);
+    }
+    #[cfg(any(
+        feature = "cuda-13000",
+        feature = "cuda-13010",
+        feature = "cuda-13020",
+        feature = "cuda-13030",
+        feature = "cuda-13040"
+    ))]
+    return Some(sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_MANAGED);
+    #[allow(unreachable_code)]
+    None
+}
+
 /// `cuEventElapsedTime`: the 13.x bindings declare only `cuEventElapsedTime_v2` (driver 12.8),
 /// the 12.x bindings the original (every 12.x driver), which is called there.
 ///

@@ -23,6 +23,14 @@ pub(crate) fn get(ordinal: i32) -> Result<sys::CUdevice> {
     Ok(dev)
 }
 
+/// Whether device `device` can access memory of device `peer` (`cuDeviceCanAccessPeer`).
+pub(crate) fn can_access_peer(device: sys::CUdevice, peer: sys::CUdevice) -> Result<bool> {
+    let mut can = 0;
+    // SAFETY: both came from `cuDeviceGet`; `can` is a valid out pointer.
+    unsafe { drv!(cuDeviceCanAccessPeer(&mut can, device, peer)) }?;
+    Ok(can != 0)
+}
+
 /// Writes the device's name into `buf`, NUL-terminated, truncated to fit (`cuDeviceGetName`).
 pub(crate) fn name(buf: &mut [c_char], device: sys::CUdevice) -> Result<()> {
     // SAFETY: `buf` holds `buf.len()` bytes and the driver writes at most `len` including the NUL.

@@ -189,6 +189,7 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         V12_3,
         body_operands_live_as_long_as_the_exec,
     ),
+    ("definition::mem_alloc_options", GPU, mem_alloc_options),
     (
         "definition::destroying_a_node_releases_what_it_used",
         GPU,
@@ -473,6 +474,75 @@ fn mem_alloc_and_free_nodes(gpu: &Gpu) -> TestResult {
     launch(gpu, &g)?;
     launch(gpu, &g)?; // freed inside the graph, so it can run again
     assert_eq!(out.to_vec()?, vec![5; N as usize]);
+    Ok(())
+}
+
+/// A graph allocation made with `options`, filled and copied out by kernels, run twice.
+fn alloc_with_options_runs(gpu: &Gpu, options: &MemAllocOptions) -> TestResult {
+    const N: i32 = 256;
+    let out = gpu.device.alloc_zeroed::<i32>(N as usize)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (a, scratch) = def.add_mem_alloc_with(&[], N as usize * 4, options)?;
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    // fill(int*, int, int) and copy_i32(const int*, int*, int) over N ints of `scratch`.
+    let f = k(&def, &[&a], &gpu.f("fill"), cfg, args![&scratch, N, 7i32])?;
+    let c = k(
+        &def,
+        &[&f],
+        &gpu.f("copy_i32"),
+        cfg,
+        args![&scratch, &out, N],
+    )?;
+    def.add_mem_free(&[&c], scratch)?;
+    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    launch(gpu, &g)?;
+    launch(gpu, &g)?;
+    assert_eq!(out.to_vec()?, vec![7; N as usize]);
+    Ok(())
+}
+
+fn mem_alloc_options(gpu: &Gpu) -> TestResult {
+    let here = gpu.device.ordinal();
+    alloc_with_options_runs(gpu, &MemAllocOptions::new())?;
+    alloc_with_options_runs(gpu, &MemAllocOptions::new().on_device(here))?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let refused = |options: MemAllocOptions| {
+        matches!(
+            def.add_mem_alloc_with(&[], 1024, &options),
+            Err(Error::InvalidArgument(_))
+        )
+    };
+    assert!(refused(MemAllocOptions::new().on_device(1000)));
+    assert!(refused(
+        MemAllocOptions::new().peer_access(1000, PeerAccess::Read)
+    ));
+    assert!(refused(
+        MemAllocOptions::new().peer_access(here, PeerAccess::ReadWrite)
+    ));
+    assert_eq!(def.nodes()?.len(), 0, "refused options add no node");
+    let devices = Device::count()?;
+    if devices > 1 {
+        let peer = (0..devices).find(|&d| d != here).unwrap_or(0);
+        match def.add_mem_alloc_with(
+            &[],
+            1024,
+            &MemAllocOptions::new().peer_access(peer, PeerAccess::ReadWrite),
+        ) {
+            Ok(_) | Err(Error::InvalidArgument(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // Managed graph memory: the CUDA 13 bindings and driver 13.0, else `Unsupported`.
+    match alloc_with_options_runs(gpu, &MemAllocOptions::new().managed(true)) {
+        Ok(()) => println!("    managed graph allocation ran"),
+        Err(e) => {
+            let unsupported = e
+                .downcast_ref::<Error>()
+                .is_some_and(|e| matches!(e, Error::Unsupported { .. } | Error::Driver(_)));
+            assert!(unsupported, "managed allocation: {e}");
+            println!("    managed graph allocation refused: {e}");
+        }
+    }
     Ok(())
 }
 
