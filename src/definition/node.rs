@@ -112,7 +112,8 @@ impl NodeType {
 /// Registers a node the driver just made (or that this crate sees for the first time) in graph
 /// `graph` and returns its token. A node already registered keeps its token.
 pub(crate) fn token(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
-    let serial = tree.nodes.lookup_or_insert(graph, raw as usize);
+    let born = tree.unregistered_born();
+    let serial = tree.nodes.lookup_or_insert(graph, raw as usize, born);
     GraphNode {
         graph,
         raw: raw as usize,
@@ -130,7 +131,10 @@ pub(crate) fn fresh(
     owners: Owners,
     released: &mut Vec<Owner>,
 ) -> GraphNode {
-    let serial = tree.nodes.insert(graph, raw as usize, owners, released);
+    let born = tree.epoch;
+    let serial = tree
+        .nodes
+        .insert(graph, raw as usize, owners, released, born);
     GraphNode {
         graph,
         raw: raw as usize,

@@ -193,7 +193,8 @@ impl GraphDefinition {
     /// assert!(def.node_type(&e).is_err());
     /// # Ok(()) }
     /// ```
-    pub fn destroy_node(&self, node: GraphNode) -> Result<()> {
+    pub fn destroy_node(&self, node: impl Into<GraphNode>) -> Result<()> {
+        let node: GraphNode = node.into();
         let mut locked = self.lock()?;
         let g = self.handle();
         let raw = node::check(&locked.tree, g.id, &node)?;
