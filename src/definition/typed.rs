@@ -325,3 +325,46 @@ impl GraphDefinition {
 static_assertions::assert_impl_all!(KernelNode: Send, Sync, Copy, std::fmt::Debug, std::hash::Hash);
 static_assertions::assert_impl_all!(ConditionalNode: Send, Sync, Copy, std::fmt::Debug);
 static_assertions::assert_impl_all!(node_kind::Kernel: Send, Sync, std::fmt::Debug);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudarc::driver::sys::CUgraphNodeType as T;
+
+    #[test]
+    fn each_kind_is_the_driver_type_of_its_nodes() {
+        fn is<K: NodeKind>(raw: T) {
+            assert_eq!(K::TYPE, NodeType::from_raw(raw as u32), "{raw:?}");
+        }
+        is::<node_kind::Kernel>(T::CU_GRAPH_NODE_TYPE_KERNEL);
+        is::<node_kind::Memset>(T::CU_GRAPH_NODE_TYPE_MEMSET);
+        is::<node_kind::Memcpy>(T::CU_GRAPH_NODE_TYPE_MEMCPY);
+        is::<node_kind::Host>(T::CU_GRAPH_NODE_TYPE_HOST);
+        is::<node_kind::ChildGraph>(T::CU_GRAPH_NODE_TYPE_GRAPH);
+        is::<node_kind::Empty>(T::CU_GRAPH_NODE_TYPE_EMPTY);
+        is::<node_kind::EventRecord>(T::CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+        is::<node_kind::EventWait>(T::CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+        is::<node_kind::MemAlloc>(T::CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+        is::<node_kind::MemFree>(T::CU_GRAPH_NODE_TYPE_MEM_FREE);
+        is::<node_kind::Conditional>(T::CU_GRAPH_NODE_TYPE_CONDITIONAL);
+    }
+
+    #[test]
+    fn a_typed_node_is_its_untyped_token() {
+        let node = GraphNode {
+            graph: 1,
+            raw: 0x100,
+            serial: 7,
+        };
+        let typed = KernelNode::new(node);
+        assert_eq!(*typed, node);
+        assert_eq!(GraphNode::from(typed), node);
+        assert_eq!(typed.as_ref(), &node);
+        assert!(node == typed && typed == node);
+        let other = KernelNode::new(GraphNode { serial: 8, ..node });
+        assert!(typed != other && node != other);
+        let deps: &[&GraphNode] = &[&typed, &other];
+        assert_eq!(deps.len(), 2);
+        assert!(format!("{typed:?}").contains("Kernel"));
+    }
+}
