@@ -50,14 +50,17 @@ pub struct NodeParams<K: NodeKind> {
     kind: PhantomData<fn() -> K>,
 }
 
+/// A kernel launch's parameters (boxed: `KernelArgs` holds its values inline).
+pub(crate) struct KernelParams {
+    function: Function,
+    config: LaunchConfig,
+    args: KernelArgs,
+}
+
 /// The parameters themselves, without raw pointers (so `NodeParams` is `Send + Sync`); the
 /// driver's structures are made at the call.
 pub(crate) enum RawParams {
-    Kernel {
-        function: Function,
-        config: LaunchConfig,
-        args: KernelArgs,
-    },
+    Kernel(Box<KernelParams>),
     Memset {
         dst: u64,
         pitch: usize,
@@ -134,11 +137,11 @@ impl NodeParams<node_kind::Kernel> {
         owners.extend(args.keep.iter().cloned());
         let device = Some(function.module.ctx.device);
         Self::new(
-            RawParams::Kernel {
+            RawParams::Kernel(Box::new(KernelParams {
                 function: function.clone(),
                 config,
                 args,
-            },
+            })),
             owners,
             device,
         )
@@ -403,14 +406,12 @@ impl RawParams {
     ) -> Result<()> {
         use driver::graph as g;
         match (self, target) {
-            (
-                RawParams::Kernel {
+            (RawParams::Kernel(kernel), _) => {
+                let KernelParams {
                     function,
                     config,
                     args,
-                },
-                _,
-            ) => {
+                } = &**kernel;
                 let mut ptrs = args.pointers();
                 let params = sys::CUDA_KERNEL_NODE_PARAMS {
                     func: function.raw,

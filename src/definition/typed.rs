@@ -360,7 +360,8 @@ mod tests {
         assert_eq!(*typed, node);
         assert_eq!(GraphNode::from(typed), node);
         assert_eq!(typed.as_ref(), &node);
-        assert!(node == typed && typed == node);
+        assert_eq!(node, typed);
+        assert_eq!(typed, node);
         let other = KernelNode::new(GraphNode { serial: 8, ..node });
         assert!(typed != other && node != other);
         let deps: &[&GraphNode] = &[&typed, &other];
