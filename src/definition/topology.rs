@@ -53,7 +53,7 @@ impl GraphDefinition {
     /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
     /// let a = def.add_empty(&[])?;
     /// let b = def.add_empty(&[&a])?;
-    /// assert_eq!(def.edges()?, [(a, b)]);
+    /// assert_eq!(def.edges()?, [(*a, *b)]); // `*` gives the untyped tokens
     /// # Ok(()) }
     /// ```
     pub fn edges(&self) -> Result<Vec<(GraphNode, GraphNode)>> {
