@@ -425,7 +425,7 @@ impl Lib {
                     &KernelArgs::new(),
                 )?
             };
-            prev = Some(node);
+            prev = Some(node.node());
         }
         drop(def);
         Ok(())

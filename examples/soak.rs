@@ -414,7 +414,7 @@ impl CrateSide {
             )?
         };
         // The previous cycle's node goes, and with it (no exec uses it any more) its buffer.
-        if let Some(previous) = last.replace(node) {
+        if let Some(previous) = last.replace(node.node()) {
             def.destroy_node(previous)?;
         }
         drop(buf);

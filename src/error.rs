@@ -456,6 +456,21 @@ pub enum Error {
     #[error("the node was destroyed: it cannot be used any more")]
     DestroyedNode,
 
+    /// A node was read back as a typed node of another kind
+    /// ([`GraphDefinition::typed_node`](crate::GraphDefinition::typed_node)).
+    #[error("the node is a {found:?} node, not a {expected:?} node")]
+    WrongNodeType {
+        /// The kind asked for.
+        expected: crate::NodeType,
+        /// The kind the driver reports.
+        found: crate::NodeType,
+    },
+
+    /// A node passed to an executable [`Graph`](crate::Graph) is not one of the nodes it was
+    /// instantiated with: it was added to its definition after the instantiation.
+    #[error("the node was added to the graph after this exec was instantiated from it: the exec does not have it (instantiate again, or update with `GraphCache`)")]
+    NodeNotInExec,
+
     /// A host callback panicked; the panic was caught at the FFI boundary.
     #[error("a host callback panicked: {0}")]
     CallbackPanicked(String),

@@ -74,12 +74,14 @@ pub use builder::{
 };
 pub use core::source::FinishedGraph;
 pub use definition::{
-    GraphAllocation, GraphDefinition, GraphNode, MemAllocOptions, Memset2d, MemsetValue, NodeType,
-    PeerAccess,
+    node_kind, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,
+    GraphAllocation, GraphDefinition, GraphNode, HostNode, KernelNode, MemAllocNode,
+    MemAllocOptions, MemFreeNode, MemcpyNode, Memset2d, MemsetNode, MemsetValue, NodeKind,
+    NodeParams, NodeType, PeerAccess, TypedNode,
 };
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
-pub use graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions};
+pub use graph::{CacheOutcome, Graph, GraphCache, GraphCompleteOptions, GraphDebugPrintOptions};
 pub use runtime::{
     Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function, GraphMemoryUsage, KernelArg,
     KernelArgs, LaunchConfig, Module, PinnedBuffer, ReleaseObserver, Stream,
@@ -93,6 +95,11 @@ pub mod prelude {
         Graph, GraphBuilder, GraphCompleteOptions, GraphDebugPrintOptions, HostCallback, KernelArg,
         KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
         ThreadLocal,
+    };
+    pub use crate::{
+        CacheOutcome, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,
+        GraphCache, HostNode, KernelNode, MemAllocNode, MemFreeNode, MemcpyNode, MemsetNode,
+        NodeParams, TypedNode,
     };
     pub use crate::{
         EventOptions, FinishedGraph, GraphAllocation, GraphDefinition, GraphMemoryUsage, GraphNode,

@@ -125,6 +125,8 @@ impl Core {
         // thread); the tree is locked.
         let ended = unsafe { driver::stream::end_capture(self.stream.raw(), &mut out) };
         tree.captures.remove(&id);
+        // The nodes this capture made were made at this epoch or earlier.
+        tree.captured_epoch = tree.epoch;
         // Events and joined streams held for the capture; dropped once the locks are released.
         let _held = tree.until_end.remove(&id);
         *slot = None;

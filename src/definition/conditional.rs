@@ -1,6 +1,7 @@
 //! Conditional nodes of a definition: IF, IF/ELSE, WHILE, SWITCH, with definitions as bodies.
 
 use super::node::{self, GraphNode};
+use super::typed::{ConditionalNode, TypedNode};
 use super::GraphDefinition;
 use crate::core::conditional::{body_graphs, node_params, register_bodies, CondKind};
 use crate::driver;
@@ -15,7 +16,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         handle: &ConditionalHandle,
         kind: CondKind,
-    ) -> Result<(GraphNode, Vec<GraphDefinition>)> {
+    ) -> Result<(ConditionalNode, Vec<GraphDefinition>)> {
         kind.require()?;
         let graph = self.handle();
         let mut params = node_params(graph, handle, kind)?;
@@ -53,7 +54,7 @@ impl GraphDefinition {
         drop(locked);
         drop(released);
         Ok((
-            node,
+            TypedNode::new(node),
             bodies.into_iter().map(GraphDefinition::view).collect(),
         ))
     }
@@ -79,7 +80,7 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         handle: &ConditionalHandle,
-    ) -> Result<(GraphNode, GraphDefinition)> {
+    ) -> Result<(ConditionalNode, GraphDefinition)> {
         let (node, mut bodies) = self.add_conditional(deps, handle, CondKind::If)?;
         let body = bodies.pop().ok_or_else(no_body)?;
         Ok((node, body))
@@ -99,7 +100,7 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         handle: &ConditionalHandle,
-    ) -> Result<(GraphNode, GraphDefinition, GraphDefinition)> {
+    ) -> Result<(ConditionalNode, GraphDefinition, GraphDefinition)> {
         let (node, mut bodies) = self.add_conditional(deps, handle, CondKind::IfElse)?;
         let else_body = bodies.pop().ok_or_else(no_body)?;
         let then_body = bodies.pop().ok_or_else(no_body)?;
@@ -121,7 +122,7 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         handle: &ConditionalHandle,
-    ) -> Result<(GraphNode, GraphDefinition)> {
+    ) -> Result<(ConditionalNode, GraphDefinition)> {
         let (node, mut bodies) = self.add_conditional(deps, handle, CondKind::While)?;
         let body = bodies.pop().ok_or_else(no_body)?;
         Ok((node, body))
@@ -143,7 +144,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         handle: &ConditionalHandle,
         n: u32,
-    ) -> Result<(GraphNode, Vec<GraphDefinition>)> {
+    ) -> Result<(ConditionalNode, Vec<GraphDefinition>)> {
         if n == 0 {
             return Err(Error::InvalidArgument(
                 "a SWITCH node needs at least one branch".into(),

@@ -18,10 +18,18 @@ use crate::ConditionalHandle;
 mod conditional;
 mod node;
 mod nodes;
+mod params;
 mod topology;
+mod typed;
 
 pub use node::{GraphNode, NodeType};
 pub use nodes::{GraphAllocation, MemAllocOptions, Memset2d, MemsetValue, PeerAccess};
+pub use params::NodeParams;
+pub(crate) use params::{lock_with_child, Target};
+pub use typed::{
+    node_kind, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,
+    HostNode, KernelNode, MemAllocNode, MemFreeNode, MemcpyNode, MemsetNode, NodeKind, TypedNode,
+};
 
 /// A CUDA graph (`CUgraph`) built explicitly, node by node — or a view of a graph a builder
 /// captured, to inspect and extend it.
@@ -283,7 +291,7 @@ impl GraphDefinition {
 }
 
 /// Refuses a graph that a capture records into, or a body whose conditional node is gone.
-fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
+pub(crate) fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
     if let Some(why) = &tree.broken {
         return Err(Error::InvalidArgument(why.clone()));
     }

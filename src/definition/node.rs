@@ -112,7 +112,8 @@ impl NodeType {
 /// Registers a node the driver just made (or that this crate sees for the first time) in graph
 /// `graph` and returns its token. A node already registered keeps its token.
 pub(crate) fn token(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
-    let serial = tree.nodes.lookup_or_insert(graph, raw as usize);
+    let born = tree.unregistered_born();
+    let serial = tree.nodes.lookup_or_insert(graph, raw as usize, born);
     GraphNode {
         graph,
         raw: raw as usize,
@@ -130,7 +131,10 @@ pub(crate) fn fresh(
     owners: Owners,
     released: &mut Vec<Owner>,
 ) -> GraphNode {
-    let serial = tree.nodes.insert(graph, raw as usize, owners, released);
+    let born = tree.epoch;
+    let serial = tree
+        .nodes
+        .insert(graph, raw as usize, owners, released, born);
     GraphNode {
         graph,
         raw: raw as usize,
@@ -318,6 +322,78 @@ mod tests {
         assert!(tree.snapshot().is_empty(), "the tree holds nothing now");
         drop(exec_keep);
         assert!(watch.upgrade().is_none() && watch_body.upgrade().is_none());
+    }
+
+    #[test]
+    fn replacing_a_nodes_owners_leaves_older_snapshots_alone_and_can_be_undone() {
+        use std::sync::Arc;
+        let mut tree = TreeState::default();
+        let old: Owner = Arc::new(1u32);
+        let new: Owner = Arc::new(2u32);
+        let (watch_old, watch_new) = (Arc::downgrade(&old), Arc::downgrade(&new));
+        let a = fresh(
+            &mut tree,
+            1,
+            raw(0x100),
+            [old].into_iter().collect(),
+            &mut Vec::new(),
+        );
+        let exec_keep = tree.snapshot();
+        let replaced = tree
+            .nodes
+            .replace_owners(1, a.raw, a.serial, [new].into_iter().collect())
+            .expect("a live node");
+        drop(replaced);
+        assert!(watch_old.upgrade().is_some(), "the older snapshot holds it");
+        let now = tree.snapshot();
+        assert_eq!(now.iter().map(|c| c.len()).sum::<usize>(), 1);
+        assert!(Arc::ptr_eq(&now[0][0], &watch_new.upgrade().unwrap()));
+        drop((exec_keep, now));
+        assert!(watch_old.upgrade().is_none());
+        // Undo: the old owners back, the new ones returned.
+        let back: Owner = Arc::new(3u32);
+        let undone = tree
+            .nodes
+            .replace_owners(1, a.raw, a.serial, [back].into_iter().collect())
+            .unwrap();
+        let returned = tree
+            .nodes
+            .replace_owners(1, a.raw, a.serial, undone)
+            .unwrap();
+        assert_eq!(returned.len(), 1);
+        drop(returned);
+        assert!(watch_new.upgrade().is_some(), "the node holds `new` again");
+        // A dead token replaces nothing.
+        let _ = forget(&mut tree, 1, &a);
+        assert!(tree
+            .nodes
+            .replace_owners(1, a.raw, a.serial, Owners::new())
+            .is_none());
+        assert!(watch_new.upgrade().is_none());
+    }
+
+    #[test]
+    fn nodes_know_the_epoch_they_were_made_at() {
+        let mut tree = TreeState::default();
+        let before = fresh1(&mut tree, 1, raw(0x100));
+        // A capture ended at epoch 0; an exec is instantiated (epoch 1).
+        tree.captured_epoch = tree.epoch;
+        tree.epoch += 1;
+        let exec_epoch = tree.epoch;
+        let after = fresh1(&mut tree, 1, raw(0x200));
+        // A node the capture made, listed only now.
+        let captured = token(&mut tree, 1, raw(0x300));
+        let born = |t: &TreeState, n: &GraphNode| t.nodes.born(n.graph, n.raw, n.serial);
+        assert!(born(&tree, &before).unwrap() < exec_epoch);
+        assert!(born(&tree, &captured).unwrap() < exec_epoch);
+        assert!(born(&tree, &after).unwrap() >= exec_epoch);
+        // While a capture records, a node listed then counts as made now.
+        tree.captures.insert(9, 1);
+        let during = token(&mut tree, 1, raw(0x400));
+        assert!(born(&tree, &during).unwrap() >= exec_epoch);
+        let _ = forget(&mut tree, 1, &before);
+        assert_eq!(born(&tree, &before), None);
+        assert!(tree.nodes.knows_graph(1) && !tree.nodes.knows_graph(2));
     }
 
     #[test]

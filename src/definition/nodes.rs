@@ -5,6 +5,11 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::node::{self, GraphNode};
+use super::params::memcpy3d;
+use super::typed::{
+    ChildGraphNode, EmptyNode, EventRecordNode, EventWaitNode, HostNode, KernelNode, MemAllocNode,
+    MemFreeNode, MemcpyNode, MemsetNode, TypedNode,
+};
 use super::GraphDefinition;
 use crate::core::callback;
 use crate::core::source::FinishedGraph;
@@ -233,7 +238,7 @@ impl MemAllocOptions {
 pub struct GraphAllocation {
     ptr: u64,
     bytes: usize,
-    node: GraphNode,
+    node: MemAllocNode,
 }
 
 impl GraphAllocation {
@@ -268,7 +273,7 @@ impl GraphAllocation {
     /// assert_eq!(def.node_type(&a.node())?, NodeType::MemAlloc);
     /// # Ok(()) }
     /// ```
-    pub fn node(&self) -> GraphNode {
+    pub fn node(&self) -> MemAllocNode {
         self.node
     }
 }
@@ -316,7 +321,7 @@ impl GraphAllocation {
         // SAFETY: the driver returned `n == 1` nodes at `deps`, valid until the next capture call
         // on this stream (none in between).
         let raw = unsafe { *deps };
-        let node = node::token(tree, graph, raw);
+        let node = TypedNode::new(node::token(tree, graph, raw));
         // Until a free takes it, execs free it when they are dropped.
         tree.unfreed.insert((graph, node.raw), ptr);
         Ok(GraphAllocation { ptr, bytes, node })
@@ -333,7 +338,7 @@ impl GraphAllocation {
         };
         let key = (self.node.graph, self.node.raw);
         if self.node.graph != graph
-            || node::check(tree, graph, &self.node).is_err()
+            || node::check(tree, graph, self.node.as_ref()).is_err()
             || tree.unfreed.get(&key) != Some(&self.ptr)
         {
             return Err(Error::InvalidArgument(
@@ -424,7 +429,7 @@ impl GraphDefinition {
         function: &Function,
         config: LaunchConfig,
         args: &KernelArgs,
-    ) -> Result<GraphNode> {
+    ) -> Result<KernelNode> {
         self.same_device(&function.module.ctx, "kernel's module")?;
         let mut ptrs = args.pointers();
         let params = sys::CUDA_KERNEL_NODE_PARAMS {
@@ -455,6 +460,7 @@ impl GraphDefinition {
             // the arguments match the kernel.
             unsafe { driver::graph::add_kernel_node(out, g, d, n, &params) }
         })
+        .map(TypedNode::new)
     }
 
     /// Adds a memset node that sets every element of `buf` to `value` (`cuGraphAddMemsetNode`).
@@ -472,7 +478,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         buf: &DeviceBuffer<T>,
         value: T,
-    ) -> Result<GraphNode> {
+    ) -> Result<MemsetNode> {
         let len = buf.len();
         self.add_memset_2d(
             deps,
@@ -503,7 +509,7 @@ impl GraphDefinition {
         buf: &DeviceBuffer<T>,
         value: T,
         shape: Memset2d,
-    ) -> Result<GraphNode> {
+    ) -> Result<MemsetNode> {
         let (element_size, value) = memset_value(value)?;
         shape.check(buf.len())?;
         self.same_device(&buf.alloc.ctx, "buffer")?;
@@ -526,6 +532,7 @@ impl GraphDefinition {
                 unsafe { driver::graph::add_memset_node(out, g, d, n, &params, ctx) }
             },
         )
+        .map(TypedNode::new)
     }
 
     /// Adds a device-to-device copy of `src` into `dst` (`cuGraphAddMemcpyNode`). The lengths
@@ -542,7 +549,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         dst: &DeviceBuffer<T>,
         src: &DeviceBuffer<T>,
-    ) -> Result<GraphNode> {
+    ) -> Result<MemcpyNode> {
         if dst.len() != src.len() {
             return Err(Error::InvalidArgument(format!(
                 "a copy of {} elements into a buffer of {}",
@@ -552,35 +559,7 @@ impl GraphDefinition {
         }
         self.same_device(&dst.alloc.ctx, "destination buffer")?;
         self.same_device(&src.alloc.ctx, "source buffer")?;
-        // Every field spelled out: zeroing is not valid here (`CUmemorytype` has no 0 value).
-        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        let copy = sys::CUDA_MEMCPY3D {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcZ: 0,
-            srcLOD: 0,
-            srcMemoryType: device,
-            srcHost: std::ptr::null(),
-            srcDevice: src.device_ptr(),
-            srcArray: std::ptr::null_mut(),
-            reserved0: std::ptr::null_mut(),
-            srcPitch: src.byte_len(),
-            srcHeight: 1,
-            dstXInBytes: 0,
-            dstY: 0,
-            dstZ: 0,
-            dstLOD: 0,
-            dstMemoryType: device,
-            dstHost: std::ptr::null_mut(),
-            dstDevice: dst.device_ptr(),
-            dstArray: std::ptr::null_mut(),
-            reserved1: std::ptr::null_mut(),
-            dstPitch: dst.byte_len(),
-            dstHeight: 1,
-            WidthInBytes: dst.byte_len(),
-            Height: 1,
-            Depth: 1,
-        };
+        let copy = memcpy3d(dst.device_ptr(), src.device_ptr(), dst.byte_len());
         let keep = |owners: &mut Owners| {
             owners.push(dst.alloc.clone());
             owners.push(src.alloc.clone());
@@ -591,6 +570,7 @@ impl GraphDefinition {
             // `WidthInBytes` bytes and the graph keeps them alive.
             unsafe { driver::graph::add_memcpy_node(out, g, d, n, &copy, ctx) }
         })
+        .map(TypedNode::new)
     }
 
     /// Adds an empty node (`cuGraphAddEmptyNode`): it does nothing but order `deps` before the
@@ -602,7 +582,7 @@ impl GraphDefinition {
     /// let start = def.add_empty(&[])?;
     /// # Ok(()) }
     /// ```
-    pub fn add_empty(&self, deps: &[&GraphNode]) -> Result<GraphNode> {
+    pub fn add_empty(&self, deps: &[&GraphNode]) -> Result<EmptyNode> {
         self.add_node_with(
             deps,
             &[],
@@ -612,6 +592,7 @@ impl GraphDefinition {
                 unsafe { driver::graph::add_empty_node(out, g, d, n) }
             },
         )
+        .map(TypedNode::new)
     }
 
     /// Adds an empty node after all of `nodes`: a fan-in point for what comes next.
@@ -622,7 +603,7 @@ impl GraphDefinition {
     /// let both = def.join(&[a, b])?;
     /// # Ok(()) }
     /// ```
-    pub fn join(&self, nodes: &[&GraphNode]) -> Result<GraphNode> {
+    pub fn join(&self, nodes: &[&GraphNode]) -> Result<EmptyNode> {
         self.add_empty(nodes)
     }
 
@@ -635,7 +616,7 @@ impl GraphDefinition {
     /// def.add_event_record(&[k], event)?; // others can `stream.wait(event)` for `k`
     /// # Ok(()) }
     /// ```
-    pub fn add_event_record(&self, deps: &[&GraphNode], event: &Event) -> Result<GraphNode> {
+    pub fn add_event_record(&self, deps: &[&GraphNode], event: &Event) -> Result<EventRecordNode> {
         self.same_device(&event.handle.ctx, "event")?;
         let raw = event.handle.raw;
         self.add_node_with(
@@ -648,6 +629,7 @@ impl GraphDefinition {
                 unsafe { driver::graph::add_event_record_node(out, g, d, n, raw) }
             },
         )
+        .map(TypedNode::new)
     }
 
     /// Adds a node that waits for `event` (`cuGraphAddEventWaitNode`): the nodes after it run
@@ -659,7 +641,7 @@ impl GraphDefinition {
     /// let ready = def.add_event_wait(&[], event)?;
     /// # Ok(()) }
     /// ```
-    pub fn add_event_wait(&self, deps: &[&GraphNode], event: &Event) -> Result<GraphNode> {
+    pub fn add_event_wait(&self, deps: &[&GraphNode], event: &Event) -> Result<EventWaitNode> {
         self.same_device(&event.handle.ctx, "event")?;
         let raw = event.handle.raw;
         self.add_node_with(
@@ -672,6 +654,7 @@ impl GraphDefinition {
                 unsafe { driver::graph::add_event_wait_node(out, g, d, n, raw) }
             },
         )
+        .map(TypedNode::new)
     }
 
     /// Adds a host node that runs `f` on a driver thread once per launch (`cuGraphAddHostNode`),
@@ -692,7 +675,7 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         f: F,
-    ) -> Result<(GraphNode, HostCallback)>
+    ) -> Result<(HostNode, HostCallback)>
     where
         F: FnMut() + Send + 'static,
     {
@@ -713,7 +696,7 @@ impl GraphDefinition {
                 unsafe { driver::graph::add_host_node(out, g, d, n, &params) }
             },
         )?;
-        Ok((node, prepared.observer))
+        Ok((TypedNode::new(node), prepared.observer))
     }
 
     /// Adds a child-graph node that runs a copy of `child` (`cuGraphAddChildGraphNode`): an ended
@@ -733,7 +716,7 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         child: &impl FinishedGraph,
-    ) -> Result<GraphNode> {
+    ) -> Result<ChildGraphNode> {
         let child = child.finished_graph()?;
         let graph = self.handle();
         self.same_device(&child.ctx, "child graph")?;
@@ -770,7 +753,7 @@ impl GraphDefinition {
         let node = node::fresh(&mut tree, graph.id, out, owners, &mut released);
         drop((tree, child_tree));
         drop(released);
-        Ok(node)
+        Ok(TypedNode::new(node))
     }
 
     /// Adds a memory allocation node (`cuGraphAddMemAllocNode`) of `bytes` bytes of device
@@ -794,7 +777,7 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         bytes: usize,
-    ) -> Result<(GraphNode, GraphAllocation)> {
+    ) -> Result<(MemAllocNode, GraphAllocation)> {
         self.add_mem_alloc_with(deps, bytes, &MemAllocOptions::default())
     }
 
@@ -822,7 +805,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         bytes: usize,
         options: &MemAllocOptions,
-    ) -> Result<(GraphNode, GraphAllocation)> {
+    ) -> Result<(MemAllocNode, GraphAllocation)> {
         check_alloc_size(bytes)?;
         let ctx = &self.handle().ctx;
         let devices = driver::device::count()?.max(0) as usize;
@@ -898,6 +881,7 @@ impl GraphDefinition {
                 unsafe { driver::graph::add_mem_alloc_node(out, g, d, n, &mut params) }
             },
         )?;
+        let node = MemAllocNode::new(node);
         // Until a free node takes it, execs free it when they are dropped.
         self.lock()?
             .tree
@@ -927,12 +911,12 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         allocation: GraphAllocation,
-    ) -> Result<GraphNode> {
+    ) -> Result<MemFreeNode> {
         let ptr = allocation.ptr;
         let alloc_node = allocation.node;
         let free = self.add_node_with(
             deps,
-            &[&alloc_node],
+            &[alloc_node.as_ref()],
             |_| {},
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by
@@ -944,7 +928,7 @@ impl GraphDefinition {
             .tree
             .unfreed
             .remove(&(alloc_node.graph, alloc_node.raw));
-        Ok(free)
+        Ok(TypedNode::new(free))
     }
 }
 

@@ -53,7 +53,7 @@ impl GraphDefinition {
     /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
     /// let a = def.add_empty(&[])?;
     /// let b = def.add_empty(&[&a])?;
-    /// assert_eq!(def.edges()?, [(a, b)]);
+    /// assert_eq!(def.edges()?, [(*a, *b)]); // `*` gives the untyped tokens
     /// # Ok(()) }
     /// ```
     pub fn edges(&self) -> Result<Vec<(GraphNode, GraphNode)>> {
@@ -193,7 +193,8 @@ impl GraphDefinition {
     /// assert!(def.node_type(&e).is_err());
     /// # Ok(()) }
     /// ```
-    pub fn destroy_node(&self, node: GraphNode) -> Result<()> {
+    pub fn destroy_node(&self, node: impl Into<GraphNode>) -> Result<()> {
+        let node: GraphNode = node.into();
         let mut locked = self.lock()?;
         let g = self.handle();
         let raw = node::check(&locked.tree, g.id, &node)?;

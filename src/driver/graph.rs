@@ -106,18 +106,23 @@ struct NodeSlot {
     generation: u32,
     live: bool,
     owners: Owners,
+    /// The tree's [`TreeState::epoch`] when the node was made (an upper bound for nodes seen
+    /// first in a listing): an exec instantiated at a later epoch knows the node.
+    born: u64,
 }
 
 impl NodeTable {
-    /// Registers a node the driver just made in graph `graph`, holding `owners`; returns its
-    /// serial. A node that the index still lists at the same address (destroyed, its address
-    /// reused) is forgotten; its owners are returned in `released`.
+    /// Registers a node the driver just made in graph `graph` (at or before the tree's epoch
+    /// `born`), holding `owners`; returns its serial. A node that the index still lists at the
+    /// same address (destroyed, its address reused) is forgotten; its owners are returned in
+    /// `released`.
     pub(crate) fn insert(
         &mut self,
         graph: u64,
         raw: usize,
         owners: Owners,
         released: &mut Vec<Owner>,
+        born: u64,
     ) -> u64 {
         if let Some(old) = self
             .index
@@ -137,6 +142,7 @@ impl NodeTable {
                 s.generation = s.generation.wrapping_add(1);
                 s.live = true;
                 s.owners = owners;
+                s.born = born;
                 i
             }
             None => {
@@ -146,6 +152,7 @@ impl NodeTable {
                     generation: 0,
                     live: true,
                     owners,
+                    born,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -172,9 +179,40 @@ impl NodeTable {
         self.slot_of(graph, raw, serial).is_some()
     }
 
-    /// The serial of the live node at `raw` in `graph`, registering it (with no owners) if it is
-    /// new.
-    pub(crate) fn lookup_or_insert(&mut self, graph: u64, raw: usize) -> u64 {
+    /// The epoch at which the live node `(graph, raw, serial)` was made (at the latest); `None`
+    /// if the token names no live node.
+    pub(crate) fn born(&self, graph: u64, raw: usize, serial: u64) -> Option<u64> {
+        self.slot_of(graph, raw, serial)
+            .map(|slot| self.slots[slot as usize].born)
+    }
+
+    /// Whether a live node of `graph` is registered (a graph of this tree the crate saw nodes
+    /// of).
+    pub(crate) fn knows_graph(&self, graph: u64) -> bool {
+        self.slots.iter().any(|s| s.live && s.graph == graph)
+    }
+
+    /// Puts `owners` in the place of what the live node `(graph, raw, serial)` holds and returns
+    /// what it held (`None`, and `owners` dropped, if the token names no live node). Calling it
+    /// again with the returned owners undoes it.
+    pub(crate) fn replace_owners(
+        &mut self,
+        graph: u64,
+        raw: usize,
+        serial: u64,
+        owners: Owners,
+    ) -> Option<Owners> {
+        let slot = self.slot_of(graph, raw, serial)?;
+        self.owners_chunk = None;
+        Some(std::mem::replace(
+            &mut self.slots[slot as usize].owners,
+            owners,
+        ))
+    }
+
+    /// The serial of the live node at `raw` in `graph`, registering it (with no owners, made at
+    /// or before epoch `born`) if it is new.
+    pub(crate) fn lookup_or_insert(&mut self, graph: u64, raw: usize, born: u64) -> u64 {
         let index = self.index.get_or_insert_with(|| {
             self.slots
                 .iter()
@@ -185,7 +223,7 @@ impl NodeTable {
         });
         match index.get(&(graph, raw)) {
             Some(&slot) => Self::serial(slot, self.slots[slot as usize].generation),
-            None => self.insert(graph, raw, Owners::new(), &mut Vec::new()),
+            None => self.insert(graph, raw, Owners::new(), &mut Vec::new(), born),
         }
     }
 
@@ -289,9 +327,26 @@ pub(crate) struct TreeState {
     /// Memory allocation nodes with no free node in the graph: `(graph id, raw node)` → the
     /// device address. Each exec frees what is still allocated when it is dropped.
     pub(crate) unfreed: IdMap<(u64, usize), u64>,
+    /// Counts instantiations of this tree: each exec records the epoch it was made at, and each
+    /// node the epoch it was made at (see [`NodeTable::born`]), so that an exec can tell the
+    /// nodes it was instantiated with from nodes added later.
+    pub(crate) epoch: u64,
+    /// The epoch at which the latest capture into this tree ended: every node a capture made was
+    /// made at or before it (while a capture records, [`TreeState::epoch`] is the bound).
+    pub(crate) captured_epoch: u64,
 }
 
 impl TreeState {
+    /// The latest epoch at which a node not registered yet (made by a capture or a clone) can
+    /// have been made: nodes this crate adds itself are registered when they are made.
+    pub(crate) fn unregistered_born(&self) -> u64 {
+        if self.captures.is_empty() {
+            self.captured_epoch
+        } else {
+            self.epoch
+        }
+    }
+
     /// Whether a capture records into graph `graph_id` now.
     pub(crate) fn is_capturing_into(&self, graph_id: u64) -> bool {
         self.captures.values().any(|g| *g == graph_id)
@@ -817,6 +872,227 @@ pub(crate) unsafe fn node_type(node: sys::CUgraphNode) -> Result<u32> {
         ))
     }?;
     Ok(v)
+}
+
+// Parameter updates of definition nodes. They share one promise: `node` is a live node of a
+// graph whose tree is locked, of the type the call is for, and what the new parameters refer to
+// is held by the node's slot (see `NodeTable::replace_owners`) from before the call.
+
+/// Sets a kernel node's parameters (`cuGraphKernelNodeSetParams_v2`).
+///
+/// # Safety
+/// The node-update promise (above); `params` points at argument storage that outlives the call
+/// (the driver copies it) and the arguments match the kernel, which stays in bounds of the
+/// memory it is given.
+pub(crate) unsafe fn kernel_node_set_params(
+    node: sys::CUgraphNode,
+    params: &sys::CUDA_KERNEL_NODE_PARAMS,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphKernelNodeSetParams_v2(node, params)) }
+}
+
+/// Sets a memset node's parameters (`cuGraphMemsetNodeSetParams`).
+///
+/// # Safety
+/// The node-update promise (above); the memset lies inside memory the node holds.
+pub(crate) unsafe fn memset_node_set_params(
+    node: sys::CUgraphNode,
+    params: &sys::CUDA_MEMSET_NODE_PARAMS,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphMemsetNodeSetParams(node, params)) }
+}
+
+/// Sets a memcpy node's parameters (`cuGraphMemcpyNodeSetParams`).
+///
+/// # Safety
+/// The node-update promise (above); the copy lies inside memory the node holds.
+pub(crate) unsafe fn memcpy_node_set_params(
+    node: sys::CUgraphNode,
+    copy: &sys::CUDA_MEMCPY3D,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphMemcpyNodeSetParams(node, copy)) }
+}
+
+/// Sets a host node's function and data (`cuGraphHostNodeSetParams`).
+///
+/// # Safety
+/// The node-update promise (above); `params.userData` stays valid while the node holds it; the
+/// function never unwinds and never calls CUDA.
+pub(crate) unsafe fn host_node_set_params(
+    node: sys::CUgraphNode,
+    params: &sys::CUDA_HOST_NODE_PARAMS,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphHostNodeSetParams(node, params)) }
+}
+
+/// Sets the event an event record node records (`cuGraphEventRecordNodeSetEvent`).
+///
+/// # Safety
+/// The node-update promise (above); `event` is live and held by the node.
+pub(crate) unsafe fn event_record_node_set_event(
+    node: sys::CUgraphNode,
+    event: sys::CUevent,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphEventRecordNodeSetEvent(node, event)) }
+}
+
+/// Sets the event an event wait node waits for (`cuGraphEventWaitNodeSetEvent`).
+///
+/// # Safety
+/// The node-update promise (above); `event` is live and held by the node.
+pub(crate) unsafe fn event_wait_node_set_event(
+    node: sys::CUgraphNode,
+    event: sys::CUevent,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphEventWaitNodeSetEvent(node, event)) }
+}
+
+/// Sets a node's parameters from a parameter block (`cuGraphNodeSetParams`, driver 12.2).
+///
+/// # Safety
+/// The node-update promise (above); `params` is a valid, fully initialised block (unused bytes
+/// zeroed) of the node's type; a child graph it names is live and its tree locked too.
+pub(crate) unsafe fn node_set_params(
+    node: sys::CUgraphNode,
+    params: &mut sys::CUgraphNodeParams,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphNodeSetParams(node, params)) }
+}
+
+// Parameter updates of exec nodes. They share one promise: `exec` is live and not launched or
+// updated concurrently (its lock is held); `node` is a live node of the graph `exec` was
+// instantiated from, of the type the call is for, that existed at instantiation, and the tree of
+// that graph is locked; what the new parameters refer to is held by the exec from before the
+// call until its last launch that may use it has finished.
+
+/// Sets a kernel node's parameters in an exec (`cuGraphExecKernelNodeSetParams_v2`).
+///
+/// # Safety
+/// The exec-update promise (above); as [`kernel_node_set_params`] for `params`.
+pub(crate) unsafe fn exec_kernel_node_set_params(
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    params: &sys::CUDA_KERNEL_NODE_PARAMS,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphExecKernelNodeSetParams_v2(exec, node, params)) }
+}
+
+/// Sets a memset node's parameters in an exec (`cuGraphExecMemsetNodeSetParams`).
+///
+/// # Safety
+/// The exec-update promise (above); the memset lies inside memory the exec holds; `ctx` is the
+/// exec's context.
+pub(crate) unsafe fn exec_memset_node_set_params(
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    params: &sys::CUDA_MEMSET_NODE_PARAMS,
+    ctx: sys::CUcontext,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphExecMemsetNodeSetParams(exec, node, params, ctx)) }
+}
+
+/// Sets a memcpy node's parameters in an exec (`cuGraphExecMemcpyNodeSetParams`).
+///
+/// # Safety
+/// The exec-update promise (above); the copy lies inside memory the exec holds; `ctx` is the
+/// exec's context.
+pub(crate) unsafe fn exec_memcpy_node_set_params(
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    copy: &sys::CUDA_MEMCPY3D,
+    ctx: sys::CUcontext,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphExecMemcpyNodeSetParams(exec, node, copy, ctx)) }
+}
+
+/// Sets a host node's function and data in an exec (`cuGraphExecHostNodeSetParams`).
+///
+/// # Safety
+/// The exec-update promise (above); as [`host_node_set_params`] for `params`.
+pub(crate) unsafe fn exec_host_node_set_params(
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    params: &sys::CUDA_HOST_NODE_PARAMS,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphExecHostNodeSetParams(exec, node, params)) }
+}
+
+/// Updates a child-graph node of an exec from `child` (`cuGraphExecChildGraphNodeSetParams`).
+///
+/// # Safety
+/// The exec-update promise (above); `child` is live and its tree locked.
+pub(crate) unsafe fn exec_child_graph_node_set_params(
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    child: sys::CUgraph,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphExecChildGraphNodeSetParams(exec, node, child)) }
+}
+
+/// Sets the event an event record node of an exec records
+/// (`cuGraphExecEventRecordNodeSetEvent`).
+///
+/// # Safety
+/// The exec-update promise (above); `event` is live and held by the exec.
+pub(crate) unsafe fn exec_event_record_node_set_event(
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    event: sys::CUevent,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphExecEventRecordNodeSetEvent(exec, node, event)) }
+}
+
+/// Sets the event an event wait node of an exec waits for (`cuGraphExecEventWaitNodeSetEvent`).
+///
+/// # Safety
+/// The exec-update promise (above); `event` is live and held by the exec.
+pub(crate) unsafe fn exec_event_wait_node_set_event(
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    event: sys::CUevent,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphExecEventWaitNodeSetEvent(exec, node, event)) }
+}
+
+/// Enables or disables `node` in `exec` (`cuGraphNodeSetEnabled`).
+///
+/// # Safety
+/// The exec-update promise (above), without new parameters.
+pub(crate) unsafe fn node_set_enabled(
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    enabled: bool,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuGraphNodeSetEnabled(exec, node, u32::from(enabled))) }
+}
+
+/// Whether `node` is enabled in `exec` (`cuGraphNodeGetEnabled`).
+///
+/// # Safety
+/// As [`node_set_enabled`].
+pub(crate) unsafe fn node_get_enabled(
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+) -> Result<bool> {
+    let mut v: std::ffi::c_uint = 0;
+    // SAFETY: the caller's promises above; `v` is a valid out pointer.
+    unsafe { drv!(cuGraphNodeGetEnabled(exec, node, &mut v)) }?;
+    Ok(v != 0)
 }
 
 /// A copy of `graph` (`cuGraphClone`), owned by the caller.

@@ -7,12 +7,15 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use crate::core::source::FinishedGraph;
-use crate::driver::graph::{ExecHandle, GraphHandle, KeepChunk};
+use crate::driver::graph::{ExecHandle, GraphHandle, IdMap, KeepChunk, Owners};
 use crate::driver::{self, compat, DriverVersion};
 use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
 use crate::runtime::Stream;
 
+mod cache;
 mod debug;
+mod nodes;
+pub use cache::{CacheOutcome, GraphCache};
 pub(crate) use debug::dot_print;
 pub use debug::GraphDebugPrintOptions;
 
@@ -92,6 +95,13 @@ struct ExecState {
     /// Device addresses of allocation nodes with no free node: what a launch leaves allocated
     /// is freed when the exec is dropped, after its last launch.
     unfreed: Vec<u64>,
+    /// The source tree's epoch this exec was instantiated at: the nodes it has were made
+    /// before it (see `NodeTable::born`).
+    epoch: u64,
+    /// What the parameters that per-node updates ([`Graph::set_params`]) put in the exec use,
+    /// per node `(graph id, raw node)`: the current ones. Replaced ones are released after the
+    /// last launch that may use them.
+    node_owners: IdMap<(u64, usize), Owners>,
 }
 
 impl ExecState {
@@ -289,6 +299,9 @@ impl Graph {
         let mut exec = std::ptr::null_mut();
         let mut tree = graph.lock();
         tree.check_complete()?;
+        // Nodes made from here on are not this exec's.
+        tree.epoch += 1;
+        let epoch = tree.epoch;
         // The exec holds what the graph's nodes use now, until its last launch has finished.
         let keep = tree.snapshot();
         let unfreed: Vec<u64> = tree.unfreed.values().copied().collect();
@@ -328,6 +341,7 @@ impl Graph {
                 source: Some(graph.root()),
                 keep,
                 unfreed,
+                epoch,
                 ..ExecState::default()
             }),
         })
@@ -409,7 +423,12 @@ impl Graph {
                 source: r.err().and_then(|e| e.driver_error().cloned()),
             });
         }
-        // Launches made so far may still use the previous source's operands.
+        // Launches made so far may still use the previous source's operands, and the parameters
+        // of per-node updates, which the update replaced.
+        let replaced_nodes = std::mem::take(&mut state.node_owners);
+        if !replaced_nodes.is_empty() {
+            state.release_after_last_launch(Box::new(replaced_nodes));
+        }
         if let Some(previous) = state.current.replace((graph.root(), keep)) {
             if state.launched_since_update {
                 state.release_after_last_launch(Box::new(previous));
@@ -469,6 +488,7 @@ impl Drop for Graph {
             self.exec.take(),
             state.current.take(),
             std::mem::take(&mut state.keep),
+            std::mem::take(&mut state.node_owners),
             state.source.take(),
         );
         let ctx = self.exec.ctx.clone();

@@ -224,7 +224,7 @@ fn k(
     f: &Function,
     config: LaunchConfig,
     args: KernelArgs,
-) -> cuda_graph::Result<GraphNode> {
+) -> cuda_graph::Result<KernelNode> {
     // SAFETY: every caller passes arguments matching the kernel's parameters and in-bounds
     // buffers (see the comment at each call).
     unsafe { def.add_kernel(deps, f, config, &args) }
@@ -334,8 +334,8 @@ fn empty_node_orders_its_dependencies(gpu: &Gpu) -> TestResult {
     let times = k(&def, &[&e], &affine, one(), args![&buf, 10i32, 0i32])?;
     assert_eq!(def.node_type(&e)?, NodeType::Empty);
     let mut edges = def.edges()?;
-    edges.sort_by_key(|(from, _)| *from != plus);
-    assert_eq!(edges, [(plus, e), (e, times)]);
+    edges.sort_by_key(|(from, _)| *from != *plus);
+    assert_eq!(edges, [(*plus, *e), (*e, *times)]);
     run(gpu, &def)?;
     assert_eq!(
         buf.to_vec()?,
@@ -596,7 +596,7 @@ fn topology_fan_in_via_join(gpu: &Gpu) -> TestResult {
     let roots = (0..3i32)
         .map(|i| k(&def, &[], &gpu.f("add_one_at"), one(), args![&buf, i]))
         .collect::<cuda_graph::Result<Vec<_>>>()?;
-    let j = def.join(&roots.iter().collect::<Vec<_>>())?;
+    let j = def.join(&roots.iter().map(|r| r.as_ref()).collect::<Vec<_>>())?;
     k(
         &def,
         &[&j],
@@ -673,7 +673,7 @@ fn node_types_predecessors_and_successors(gpu: &Gpu) -> TestResult {
     let e = def.add_empty(&[&m, &kn])?;
     assert_eq!(def.predecessors(&e)?.len(), 2);
     assert_eq!(def.successors(&m)?.len(), 2);
-    assert_eq!(def.successors(&e)?, []);
+    assert!(def.successors(&e)?.is_empty());
     assert_eq!(def.predecessors(&kn)?, [m]);
     let mut types: Vec<_> = def
         .nodes()?
@@ -684,7 +684,7 @@ fn node_types_predecessors_and_successors(gpu: &Gpu) -> TestResult {
     assert_eq!(types, [NodeType::Empty, NodeType::Kernel, NodeType::Memset]);
     // Listing returns the same tokens the `add_*` calls did.
     let listed = def.nodes()?;
-    assert!(listed.contains(&m) && listed.contains(&kn) && listed.contains(&e));
+    assert!(listed.contains(&*m) && listed.contains(&*kn) && listed.contains(&*e));
     Ok(())
 }
 
@@ -706,7 +706,7 @@ fn mutation_destroy_a_node(gpu: &Gpu) -> TestResult {
     );
     assert!(matches!(def.node_type(&b), Err(Error::DestroyedNode)));
     def.add_edge(&a, &c)?;
-    assert_eq!(def.edges()?, [(a, c)]);
+    assert_eq!(def.edges()?, [(*a, *c)]);
     run(gpu, &def)?;
     assert_eq!(buf.to_vec()?, [3], "0 + 1 + 2 without the *10");
     Ok(())
@@ -1409,7 +1409,7 @@ fn concurrent_additions_from_threads(gpu: &Gpu) -> TestResult {
                         last = def.add_empty(&[&last])?;
                         def.nodes()?; // reads interleave with other threads' writes
                     }
-                    Ok(last)
+                    Ok(*last)
                 })
             })
             .collect();

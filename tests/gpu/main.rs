@@ -14,6 +14,7 @@ mod fork;
 mod foundation;
 mod interop;
 mod memory;
+mod nodes;
 mod safety;
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
@@ -52,6 +53,7 @@ fn main() {
         .chain(fork::TESTS)
         .chain(conditional::TESTS)
         .chain(definition::TESTS)
+        .chain(nodes::TESTS)
         .chain(interop::TESTS)
         .chain(adapters)
         .chain(safety::TESTS)

@@ -1,0 +1,624 @@
+//! [`NodeParams`]: complete replacement parameters for one kind of node, and setting them on a
+//! definition's node ([`GraphDefinition::set_params`]). Execs set them with
+//! [`Graph::set_params`](crate::Graph::set_params) (in `graph/nodes.rs`).
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::node;
+use super::nodes::{memset_value, Memset2d, MemsetValue};
+use super::typed::{node_kind, NodeKind, TypedNode};
+use super::GraphDefinition;
+use crate::core::callback;
+use crate::core::source::FinishedGraph;
+use crate::driver;
+use crate::driver::compat;
+use crate::driver::event::EventHandle;
+use crate::driver::graph::{lock_two, GraphHandle, Owner, Owners, TreeState};
+use crate::error::{Error, Result};
+use crate::runtime::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
+use crate::HostCallback;
+
+/// Complete new parameters for a node of kind `K`: what [`GraphDefinition::set_params`] puts in
+/// a definition's node and [`Graph::set_params`](crate::Graph::set_params) in an exec's. Each
+/// kind has its constructors ([`kernel`](NodeParams::kernel), [`memset`](NodeParams::memset),
+/// [`memcpy`](NodeParams::memcpy), [`host_callback`](NodeParams::host_callback),
+/// [`child_graph`](NodeParams::child_graph), [`event_record`](NodeParams::event_record),
+/// [`event_wait`](NodeParams::event_wait)), and a `NodeParams<K>` only fits a
+/// [`TypedNode<K>`]: memset parameters for a kernel node do not compile.
+///
+/// It holds what the parameters use (buffers, the kernel's module, the callback, the event, the
+/// child graph and its operands); the node or exec that takes them holds that from then on.
+/// `Send + Sync`.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(def: &GraphDefinition, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+/// let clear = def.add_memset(&[], buf, 0i32)?;
+/// def.set_params(&clear, NodeParams::memset(buf, 7i32)?)?; // now it sets 7
+/// # Ok(()) }
+/// ```
+pub struct NodeParams<K: NodeKind> {
+    pub(crate) raw: RawParams,
+    /// What the parameters use.
+    pub(crate) owners: Owners,
+    /// The device whose memory or modules the parameters use (`None`: no device's).
+    device: Option<i32>,
+    kind: PhantomData<fn() -> K>,
+}
+
+/// A kernel launch's parameters (boxed: `KernelArgs` holds its values inline).
+pub(crate) struct KernelParams {
+    function: Function,
+    config: LaunchConfig,
+    args: KernelArgs,
+}
+
+/// The parameters themselves, without raw pointers (so `NodeParams` is `Send + Sync`); the
+/// driver's structures are made at the call.
+pub(crate) enum RawParams {
+    Kernel(Box<KernelParams>),
+    Memset {
+        dst: u64,
+        pitch: usize,
+        value: u32,
+        element_size: u32,
+        width: usize,
+        height: usize,
+    },
+    Memcpy {
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    },
+    Host {
+        func: unsafe extern "C" fn(*mut c_void),
+        /// The callback's state, held by `owners`.
+        user_data: usize,
+    },
+    Child(Arc<GraphHandle>),
+    EventRecord(Arc<EventHandle>),
+    EventWait(Arc<EventHandle>),
+}
+
+impl<K: NodeKind> std::fmt::Debug for NodeParams<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeParams")
+            .field("kind", &K::TYPE)
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: NodeKind> NodeParams<K> {
+    fn new(raw: RawParams, owners: Owners, device: Option<i32>) -> Self {
+        NodeParams {
+            raw,
+            owners,
+            device,
+            kind: PhantomData,
+        }
+    }
+
+    /// Refuses parameters of another device than `graph`'s.
+    pub(crate) fn check_device(&self, device: i32) -> Result<()> {
+        match self.device {
+            Some(d) if d != device => Err(Error::InvalidArgument(format!(
+                "the new parameters use device {d} but the graph lives on device {device}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl NodeParams<node_kind::Kernel> {
+    /// A kernel launch of `function` with `config` and `args` (moved in: the parameters keep
+    /// its values), for a [`KernelNode`](crate::KernelNode). The function's module and every
+    /// buffer in `args` are held by the node or exec that takes them.
+    ///
+    /// # Safety
+    /// As [`GraphDefinition::add_kernel`]: `args` must match the kernel's parameters in number,
+    /// order and type, and the kernel must stay in bounds of the memory it is given.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, k: &KernelNode, add_one: &Function, other: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// // SAFETY: add_one takes one int*.
+    /// let p = unsafe { NodeParams::kernel(add_one, LaunchConfig::single(), KernelArgs::new().arg(other)) };
+    /// def.set_params(k, p)?;
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn kernel(function: &Function, config: LaunchConfig, args: KernelArgs) -> Self {
+        let mut owners = Owners::new();
+        owners.push(function.module.clone());
+        owners.extend(args.keep.iter().cloned());
+        let device = Some(function.module.ctx.device);
+        Self::new(
+            RawParams::Kernel(Box::new(KernelParams {
+                function: function.clone(),
+                config,
+                args,
+            })),
+            owners,
+            device,
+        )
+    }
+}
+
+impl NodeParams<node_kind::Memset> {
+    /// A memset of every element of `buf` to `value`, for a [`MemsetNode`](crate::MemsetNode).
+    /// Elements of 1, 2 or 4 bytes; an 8-byte type is an [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(g: &mut Graph, m: &MemsetNode, buf: &DeviceBuffer<u32>) -> cuda_graph::Result<()> {
+    /// g.set_params(m, NodeParams::memset(buf, 5u32)?)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn memset<T: MemsetValue>(buf: &DeviceBuffer<T>, value: T) -> Result<Self> {
+        let len = buf.len();
+        Self::memset_2d(
+            buf,
+            value,
+            Memset2d {
+                width: len,
+                height: 1,
+                pitch: len,
+            },
+        )
+    }
+
+    /// A 2D memset, as [`GraphDefinition::add_memset_2d`]. (Execs take only 1D memsets: the
+    /// driver refuses a 2D one there.)
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, m: &MemsetNode, image: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
+    /// def.set_params(m, NodeParams::memset_2d(image, 0u8, Memset2d { width: 10, height: 4, pitch: 16 })?)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn memset_2d<T: MemsetValue>(
+        buf: &DeviceBuffer<T>,
+        value: T,
+        shape: Memset2d,
+    ) -> Result<Self> {
+        let (element_size, value) = memset_value(value)?;
+        shape.check(buf.len())?;
+        let mut owners = Owners::new();
+        owners.push(buf.alloc.clone());
+        Ok(Self::new(
+            RawParams::Memset {
+                dst: buf.device_ptr(),
+                pitch: shape.pitch * element_size as usize,
+                value,
+                element_size,
+                width: shape.width,
+                height: shape.height,
+            },
+            owners,
+            Some(buf.alloc.ctx.device),
+        ))
+    }
+}
+
+impl NodeParams<node_kind::Memcpy> {
+    /// A device-to-device copy of `src` into `dst`, for a [`MemcpyNode`](crate::MemcpyNode). The
+    /// lengths must match.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, c: &MemcpyNode, a: &DeviceBuffer<f32>, b: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// def.set_params(c, NodeParams::memcpy(a, b)?)?; // now a = b
+    /// # Ok(()) }
+    /// ```
+    pub fn memcpy<T: DeviceCopy>(dst: &DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<Self> {
+        if dst.len() != src.len() {
+            return Err(Error::InvalidArgument(format!(
+                "a copy of {} elements into a buffer of {}",
+                src.len(),
+                dst.len()
+            )));
+        }
+        if dst.alloc.ctx.device != src.alloc.ctx.device {
+            return Err(Error::InvalidArgument(
+                "a copy between buffers of two devices".into(),
+            ));
+        }
+        let mut owners = Owners::new();
+        owners.push(dst.alloc.clone());
+        owners.push(src.alloc.clone());
+        Ok(Self::new(
+            RawParams::Memcpy {
+                dst: dst.device_ptr(),
+                src: src.device_ptr(),
+                bytes: dst.byte_len(),
+            },
+            owners,
+            Some(dst.alloc.ctx.device),
+        ))
+    }
+}
+
+impl NodeParams<node_kind::Host> {
+    /// A new host callback `f`, for a [`HostNode`](crate::HostNode), with its observer. As
+    /// [`GraphDefinition::add_host_callback`]: `f` must not call CUDA, and a panic in it is
+    /// caught.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, h: &HostNode) -> cuda_graph::Result<()> {
+    /// let (p, cb) = NodeParams::host_callback(|| println!("the new callback"));
+    /// def.set_params(h, p)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn host_callback<F>(f: F) -> (Self, HostCallback)
+    where
+        F: FnMut() + Send + 'static,
+    {
+        let prepared = callback::prepare(f);
+        let mut owners = Owners::new();
+        owners.push(prepared.keep);
+        (
+            Self::new(
+                RawParams::Host {
+                    func: prepared.func,
+                    user_data: prepared.user_data as usize,
+                },
+                owners,
+                None,
+            ),
+            prepared.observer,
+        )
+    }
+}
+
+impl NodeParams<node_kind::ChildGraph> {
+    /// A copy of `child` (an ended primary builder or a definition), for a
+    /// [`ChildGraphNode`](crate::ChildGraphNode); what `child`'s nodes use now is held with it.
+    /// An exec's child-graph node takes only a graph of the same topology as the one it was
+    /// instantiated with (the driver refuses others).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(g: &mut Graph, c: &ChildGraphNode, step: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// g.set_params(c, NodeParams::child_graph(step)?)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn child_graph(child: &impl FinishedGraph) -> Result<Self> {
+        let child = child.finished_graph()?;
+        let mut owners = Owners::new();
+        owners.push(child.root());
+        Ok(Self::new(
+            RawParams::Child(child.clone()),
+            owners,
+            Some(child.ctx.device),
+        ))
+    }
+}
+
+impl NodeParams<node_kind::EventRecord> {
+    /// Record `event` instead, for an [`EventRecordNode`](crate::EventRecordNode).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, r: &EventRecordNode, e: &Event) -> cuda_graph::Result<()> {
+    /// def.set_params(r, NodeParams::event_record(e))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn event_record(event: &Event) -> Self {
+        let mut owners = Owners::new();
+        owners.push(event.handle.clone());
+        Self::new(
+            RawParams::EventRecord(event.handle.clone()),
+            owners,
+            Some(event.handle.ctx.device),
+        )
+    }
+}
+
+impl NodeParams<node_kind::EventWait> {
+    /// Wait for `event` instead, for an [`EventWaitNode`](crate::EventWaitNode).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, w: &EventWaitNode, e: &Event) -> cuda_graph::Result<()> {
+    /// def.set_params(w, NodeParams::event_wait(e))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn event_wait(event: &Event) -> Self {
+        let mut owners = Owners::new();
+        owners.push(event.handle.clone());
+        Self::new(
+            RawParams::EventWait(event.handle.clone()),
+            owners,
+            Some(event.handle.ctx.device),
+        )
+    }
+}
+
+/// A 1D device-to-device copy of `bytes` bytes.
+pub(crate) fn memcpy3d(dst: u64, src: u64, bytes: usize) -> sys::CUDA_MEMCPY3D {
+    // Every field spelled out: zeroing is not valid here (`CUmemorytype` has no 0 value).
+    let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    sys::CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: device,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        reserved0: std::ptr::null_mut(),
+        srcPitch: bytes,
+        srcHeight: 1,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: device,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        reserved1: std::ptr::null_mut(),
+        dstPitch: bytes,
+        dstHeight: 1,
+        WidthInBytes: bytes,
+        Height: 1,
+        Depth: 1,
+    }
+}
+
+/// Where parameters go: a definition's node, or a node of an exec.
+#[derive(Clone, Copy)]
+pub(crate) enum Target {
+    /// The node of a definition.
+    Definition,
+    /// The node in this exec.
+    Exec(sys::CUgraphExec),
+}
+
+impl RawParams {
+    /// The child graph these parameters name, if any (its tree must be locked for the call).
+    pub(crate) fn child(&self) -> Option<&Arc<GraphHandle>> {
+        match self {
+            RawParams::Child(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Sets these parameters on `node` in `target` (one driver call).
+    ///
+    /// # Safety
+    /// `node` is a live node of a graph whose tree is locked, of the kind these parameters are
+    /// for; for an exec target, the exec is live, its lock held, and `node` one of the nodes it
+    /// was instantiated with; what the parameters use is held by the node or exec from before the
+    /// call (see `driver::graph`'s update promises); a child graph's tree is locked too; `ctx` is
+    /// the graph's context.
+    pub(crate) unsafe fn apply(
+        &self,
+        target: Target,
+        node: sys::CUgraphNode,
+        ctx: sys::CUcontext,
+    ) -> Result<()> {
+        use driver::graph as g;
+        match (self, target) {
+            (RawParams::Kernel(kernel), _) => {
+                let KernelParams {
+                    function,
+                    config,
+                    args,
+                } = &**kernel;
+                let mut ptrs = args.pointers();
+                let params = sys::CUDA_KERNEL_NODE_PARAMS {
+                    func: function.raw,
+                    gridDimX: config.grid.0,
+                    gridDimY: config.grid.1,
+                    gridDimZ: config.grid.2,
+                    blockDimX: config.block.0,
+                    blockDimY: config.block.1,
+                    blockDimZ: config.block.2,
+                    sharedMemBytes: config.shared_mem_bytes,
+                    kernelParams: if ptrs.is_empty() {
+                        std::ptr::null_mut()
+                    } else {
+                        ptrs.as_mut_ptr()
+                    },
+                    extra: std::ptr::null_mut(),
+                    kern: std::ptr::null_mut(),
+                    ctx,
+                };
+                match target {
+                    // SAFETY: the caller's promises; `ptrs` points into `args`, which outlives the
+                    // call (the driver copies the values); the constructor's caller promised the
+                    // arguments match the kernel.
+                    Target::Definition => unsafe { g::kernel_node_set_params(node, &params) },
+                    // SAFETY: as above.
+                    Target::Exec(e) => unsafe { g::exec_kernel_node_set_params(e, node, &params) },
+                }
+            }
+            (
+                &RawParams::Memset {
+                    dst,
+                    pitch,
+                    value,
+                    element_size,
+                    width,
+                    height,
+                },
+                _,
+            ) => {
+                let params = sys::CUDA_MEMSET_NODE_PARAMS {
+                    dst,
+                    pitch,
+                    value,
+                    elementSize: element_size,
+                    width,
+                    height,
+                };
+                match target {
+                    // SAFETY: the caller's promises; the shape lies inside the buffer (checked when
+                    // the parameters were made), which the node holds.
+                    Target::Definition => unsafe { g::memset_node_set_params(node, &params) },
+                    // SAFETY: as above; the exec holds the buffer.
+                    Target::Exec(e) => unsafe {
+                        g::exec_memset_node_set_params(e, node, &params, ctx)
+                    },
+                }
+            }
+            (&RawParams::Memcpy { dst, src, bytes }, _) => {
+                let copy = memcpy3d(dst, src, bytes);
+                match target {
+                    // SAFETY: the caller's promises; both buffers hold `bytes` bytes (checked when
+                    // the parameters were made) and the node holds them.
+                    Target::Definition => unsafe { g::memcpy_node_set_params(node, &copy) },
+                    // SAFETY: as above; the exec holds them.
+                    Target::Exec(e) => unsafe {
+                        g::exec_memcpy_node_set_params(e, node, &copy, ctx)
+                    },
+                }
+            }
+            (&RawParams::Host { func, user_data }, _) => {
+                let params = sys::CUDA_HOST_NODE_PARAMS {
+                    fn_: Some(func),
+                    userData: user_data as *mut c_void,
+                };
+                match target {
+                    // SAFETY: the caller's promises; `userData` is the callback's state, which the
+                    // node holds; the trampoline never unwinds and never calls CUDA.
+                    Target::Definition => unsafe { g::host_node_set_params(node, &params) },
+                    // SAFETY: as above; the exec holds it.
+                    Target::Exec(e) => unsafe { g::exec_host_node_set_params(e, node, &params) },
+                }
+            }
+            (RawParams::Child(child), Target::Definition) => {
+                driver::require("cuGraphNodeSetParams", crate::DriverVersion(12020))?;
+                // SAFETY: zeroed node parameters are valid plain C data (unused bytes must be
+                // zero); the used fields are set below.
+                let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+                params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH;
+                params.__bindgen_anon_1.graph = compat::child_graph_params(child.raw);
+                // SAFETY: the caller's promises; the child graph is live and its tree locked; the
+                // driver copies it.
+                unsafe { g::node_set_params(node, &mut params) }
+            }
+            (RawParams::Child(child), Target::Exec(e)) => {
+                // SAFETY: the caller's promises; the child graph is live and its tree locked.
+                unsafe { g::exec_child_graph_node_set_params(e, node, child.raw) }
+            }
+            (RawParams::EventRecord(event), Target::Definition) => {
+                // SAFETY: the caller's promises; the node holds the event.
+                unsafe { g::event_record_node_set_event(node, event.raw) }
+            }
+            (RawParams::EventRecord(event), Target::Exec(e)) => {
+                // SAFETY: the caller's promises; the exec holds the event.
+                unsafe { g::exec_event_record_node_set_event(e, node, event.raw) }
+            }
+            (RawParams::EventWait(event), Target::Definition) => {
+                // SAFETY: the caller's promises; the node holds the event.
+                unsafe { g::event_wait_node_set_event(node, event.raw) }
+            }
+            (RawParams::EventWait(event), Target::Exec(e)) => {
+                // SAFETY: the caller's promises; the exec holds the event.
+                unsafe { g::exec_event_wait_node_set_event(e, node, event.raw) }
+            }
+        }
+    }
+}
+
+/// Locks `graph`'s tree, and `child`'s (a child graph the parameters name) if any: refuses a
+/// child of the same tree, a child a capture still records into, and adds what the child's nodes
+/// use now to `owners`.
+pub(crate) fn lock_with_child<'a>(
+    graph: &'a GraphHandle,
+    child: Option<&'a Arc<GraphHandle>>,
+    owners: &mut Owners,
+) -> Result<(
+    std::sync::MutexGuard<'a, TreeState>,
+    Option<std::sync::MutexGuard<'a, TreeState>>,
+)> {
+    let Some(child) = child else {
+        return Ok((graph.lock(), None));
+    };
+    if child.tree_id() == graph.tree_id() {
+        return Err(Error::InvalidArgument(
+            "a graph cannot be embedded into itself: embed a clone (`try_clone()`)".into(),
+        ));
+    }
+    let (tree, mut child_tree) = lock_two(graph, child);
+    if let Some(c) = child_tree.as_deref_mut() {
+        c.check_complete()?;
+        owners.extend(c.snapshot().into_iter().map(|chunk| chunk as Owner));
+    }
+    Ok((tree, child_tree))
+}
+
+impl GraphDefinition {
+    /// Replaces the parameters of `node` with `params` (`cuGraphKernelNodeSetParams`,
+    /// `cuGraphMemsetNodeSetParams`, … for its kind; a child-graph node through
+    /// `cuGraphNodeSetParams`, driver 12.2). The next instantiation, clone, embedding or
+    /// [`Graph::update`](crate::Graph::update) from this graph uses the new parameters; execs
+    /// made before keep what they were instantiated with.
+    ///
+    /// The node holds what the new parameters use from now on; what the old ones used is released
+    /// (unless an exec, clone or embedding made before still holds it). A refusal — a node of
+    /// another graph ([`Error::ForeignNode`]) or destroyed ([`Error::DestroyedNode`]), parameters
+    /// of another device, a driver error — changes nothing.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device, affine: &Function, value: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// let def = GraphDefinition::new(device)?;
+    /// // SAFETY: affine takes (int*, int, int).
+    /// let k = unsafe { def.add_kernel(&[], affine, LaunchConfig::single(), &KernelArgs::new().arg(value).arg(1i32).arg(1i32))? };
+    /// let before = def.instantiate(&GraphCompleteOptions::default())?; // adds 1
+    /// // SAFETY: as above.
+    /// def.set_params(&k, unsafe { NodeParams::kernel(affine, LaunchConfig::single(), KernelArgs::new().arg(value).arg(1i32).arg(2i32)) })?;
+    /// let after = def.instantiate(&GraphCompleteOptions::default())?; // adds 2
+    /// # Ok(()) }
+    /// ```
+    pub fn set_params<K: NodeKind>(
+        &self,
+        node: &TypedNode<K>,
+        params: NodeParams<K>,
+    ) -> Result<()> {
+        let graph = self.handle();
+        params.check_device(graph.ctx.device)?;
+        graph.ctx.bind_cached()?;
+        let NodeParams {
+            raw, mut owners, ..
+        } = params;
+        let (mut tree, child_tree) = lock_with_child(graph, raw.child(), &mut owners)?;
+        super::check_usable(graph, &tree)?;
+        let raw_node = node::check(&tree, graph.id, node)?;
+        // The new owners are in place before the driver refers to them.
+        let old = tree
+            .nodes
+            .replace_owners(graph.id, node.raw, node.serial, owners)
+            .ok_or(Error::DestroyedNode)?;
+        // SAFETY: `raw_node` is a live node of this graph (checked under the tree lock), of kind
+        // `K` (a `TypedNode<K>` is only made for nodes of that kind), and `raw` was made for kind
+        // `K`; the node holds what the parameters use; the child's tree, if any, is locked; the
+        // context is the graph's.
+        let r = unsafe { raw.apply(Target::Definition, raw_node, graph.ctx.raw) };
+        let released = match r {
+            Ok(()) => old,
+            // Refused: the node holds what it held before; the new owners go.
+            Err(_) => tree
+                .nodes
+                .replace_owners(graph.id, node.raw, node.serial, old)
+                .unwrap_or_default(),
+        };
+        drop((tree, child_tree));
+        drop(released);
+        drop(raw);
+        r
+    }
+}
+
+static_assertions::assert_impl_all!(NodeParams<node_kind::Kernel>: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(NodeParams<node_kind::Host>: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(NodeParams<node_kind::ChildGraph>: Send, Sync, std::fmt::Debug);

@@ -1,0 +1,140 @@
+//! Per-node updates of an exec: [`Graph::set_params`], [`Graph::set_enabled`],
+//! [`Graph::is_enabled`].
+
+use cudarc::driver::sys;
+
+use super::{lock, Graph};
+use crate::definition::{lock_with_child, NodeKind, NodeParams, Target, TypedNode};
+use crate::driver;
+use crate::driver::graph::{GraphHandle, TreeState};
+use crate::error::{Error, Result};
+use crate::GraphNode;
+
+/// Checks that `node` is one of the nodes the exec instantiated from `source` at `epoch` has:
+/// a live node of `source`'s tree made before the instantiation.
+fn exec_node(
+    tree: &TreeState,
+    source: &GraphHandle,
+    epoch: u64,
+    node: &GraphNode,
+) -> Result<sys::CUgraphNode> {
+    tree.check_complete()?;
+    let in_tree = node.graph == source.id
+        || tree.dead.contains(&node.graph)
+        || tree.bodies.values().any(|b| b.contains(&node.graph))
+        || tree.nodes.knows_graph(node.graph);
+    if !in_tree {
+        return Err(Error::ForeignNode);
+    }
+    match tree.nodes.born(node.graph, node.raw, node.serial) {
+        None => Err(Error::DestroyedNode),
+        Some(born) if born >= epoch => Err(Error::NodeNotInExec),
+        Some(_) => Ok(node.raw()),
+    }
+}
+
+impl Graph {
+    /// Replaces the parameters of `node` in this exec with `params`
+    /// (`cuGraphExecKernelNodeSetParams`, `cuGraphExecMemsetNodeSetParams`, … for its kind):
+    /// the next launch uses them. `node` is a node of the graph this exec was instantiated from
+    /// (the definition, or the view of the ended builder) — not of a later update's source.
+    ///
+    /// The definition is not changed. The exec holds what the new parameters use; what the
+    /// parameters it replaces used (if an earlier `set_params` put them there) is released once
+    /// every launch made before has finished. A refusal — a node of another graph
+    /// ([`Error::ForeignNode`]), destroyed ([`Error::DestroyedNode`]) or added after the
+    /// instantiation ([`Error::NodeNotInExec`]), parameters of another device, or the driver's
+    /// (it refuses, for example, a 2D memset or a kernel of another context) — leaves the exec and
+    /// what it holds as they were.
+    ///
+    /// Updates and launches of one exec are serialised.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device, buf: &DeviceBuffer<i32>, stream: &Stream) -> cuda_graph::Result<()> {
+    /// let def = GraphDefinition::new(device)?;
+    /// let fill = def.add_memset(&[], buf, 1i32)?;
+    /// let mut graph = def.instantiate(&GraphCompleteOptions::default())?;
+    /// graph.set_params(&fill, NodeParams::memset(buf, 2i32)?)?;
+    /// graph.launch(stream)?; // sets 2; the definition still sets 1
+    /// # Ok(()) }
+    /// ```
+    pub fn set_params<K: NodeKind>(
+        &mut self,
+        node: &TypedNode<K>,
+        params: NodeParams<K>,
+    ) -> Result<()> {
+        params.check_device(self.exec.ctx.device)?;
+        let mut state = lock(&self.state);
+        self.exec.ctx.bind()?;
+        let source = state.source.clone().ok_or_else(no_source)?;
+        let NodeParams {
+            raw, mut owners, ..
+        } = params;
+        let (tree, child_tree) = lock_with_child(&source, raw.child(), &mut owners)?;
+        let raw_node = exec_node(&tree, &source, state.epoch, node)?;
+        // SAFETY: the exec is live and its lock (`state`) held; `raw_node` is a live node of the
+        // graph it was instantiated from, made before the instantiation (checked under that
+        // graph's tree lock, held across the call), of kind `K` (a `TypedNode<K>` is only made for
+        // nodes of that kind), and `raw` was made for kind `K`; `owners` holds what the
+        // parameters use until it moves into the exec below; a child graph's tree is locked; the
+        // context is the exec's.
+        let r = unsafe { raw.apply(Target::Exec(self.exec.raw), raw_node, self.exec.ctx.raw) };
+        drop((tree, child_tree));
+        r?;
+        // Launches made so far may still use what the replaced parameters used.
+        if let Some(replaced) = state.node_owners.insert((node.graph, node.raw), owners) {
+            state.release_after_last_launch(Box::new(replaced));
+        }
+        Ok(())
+    }
+
+    /// Enables or disables `node` in this exec (`cuGraphNodeSetEnabled`): a disabled node does
+    /// nothing when the exec is launched (its dependencies are still ordered), until it is
+    /// enabled again. `node` is a node of the graph the exec was instantiated from, as for
+    /// [`set_params`](Self::set_params). The driver supports kernel, memset and memcpy nodes
+    /// (newer drivers some more); it refuses others with an error.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(graph: &mut Graph, k: &KernelNode, stream: &Stream) -> cuda_graph::Result<()> {
+    /// graph.set_enabled(k, false)?;
+    /// graph.launch(stream)?; // without k
+    /// graph.set_enabled(k, true)?;
+    /// assert!(graph.is_enabled(k)?);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_enabled(&mut self, node: &GraphNode, enabled: bool) -> Result<()> {
+        let state = lock(&self.state);
+        self.exec.ctx.bind()?;
+        let source = state.source.clone().ok_or_else(no_source)?;
+        let tree = source.lock();
+        let raw_node = exec_node(&tree, &source, state.epoch, node)?;
+        // SAFETY: the exec is live and its lock held; `raw_node` is one of the nodes it was
+        // instantiated with (checked under its graph's tree lock, held across the call).
+        unsafe { driver::graph::node_set_enabled(self.exec.raw, raw_node, enabled) }
+    }
+
+    /// Whether `node` is enabled in this exec (`cuGraphNodeGetEnabled`); see
+    /// [`set_enabled`](Self::set_enabled).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(graph: &Graph, k: &KernelNode) -> cuda_graph::Result<()> {
+    /// assert!(graph.is_enabled(k)?); // nodes start enabled
+    /// # Ok(()) }
+    /// ```
+    pub fn is_enabled(&self, node: &GraphNode) -> Result<bool> {
+        let state = lock(&self.state);
+        self.exec.ctx.bind()?;
+        let source = state.source.clone().ok_or_else(no_source)?;
+        let tree = source.lock();
+        let raw_node = exec_node(&tree, &source, state.epoch, node)?;
+        // SAFETY: as in `set_enabled`; the call only reads.
+        unsafe { driver::graph::node_get_enabled(self.exec.raw, raw_node) }
+    }
+}
+
+fn no_source() -> Error {
+    Error::InvalidArgument("the exec no longer holds the graph it was instantiated from".into())
+}

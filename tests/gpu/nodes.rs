@@ -1,0 +1,524 @@
+//! Typed nodes and per-node updates: of definitions, of execs (parameters, enabled), refusals,
+//! the lifetimes of replaced parameters, and the update-or-instantiate cache.
+
+use std::time::Duration;
+
+use cuda_graph::prelude::*;
+
+use crate::args;
+use crate::support::{eventually, one, Gpu, Needs, TestResult};
+
+const GPU: Needs = Needs::Gpu;
+
+pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    (
+        "nodes::typed_nodes_read_back_with_their_kind",
+        GPU,
+        typed_nodes_read_back_with_their_kind,
+    ),
+    (
+        "nodes::definition_update_changes_later_instantiations_only",
+        GPU,
+        definition_update_changes_later_instantiations_only,
+    ),
+    (
+        "nodes::definition_update_releases_replaced_owners_after_older_execs",
+        GPU,
+        definition_update_releases_replaced_owners_after_older_execs,
+    ),
+    (
+        "nodes::exec_update_changes_the_next_launch",
+        GPU,
+        exec_update_changes_the_next_launch,
+    ),
+    (
+        "nodes::exec_update_releases_replaced_owners_after_launches",
+        GPU,
+        exec_update_releases_replaced_owners_after_launches,
+    ),
+    (
+        "nodes::disabled_node_does_not_run",
+        GPU,
+        disabled_node_does_not_run,
+    ),
+    (
+        "nodes::refused_updates_change_nothing",
+        GPU,
+        refused_updates_change_nothing,
+    ),
+    (
+        "nodes::captured_nodes_update_an_exec",
+        GPU,
+        captured_nodes_update_an_exec,
+    ),
+    ("nodes::host_callback_updates", GPU, host_callback_updates),
+    (
+        "nodes::child_graph_exec_update",
+        GPU,
+        child_graph_exec_update,
+    ),
+    (
+        "nodes::child_graph_definition_update",
+        GPU,
+        child_graph_definition_update,
+    ),
+    (
+        "nodes::cache_updates_or_instantiates",
+        GPU,
+        cache_updates_or_instantiates,
+    ),
+];
+
+/// A kernel node; each call site names the kernel's parameters it matches.
+fn k(
+    def: &GraphDefinition,
+    deps: &[&GraphNode],
+    f: &Function,
+    args: KernelArgs,
+) -> cuda_graph::Result<KernelNode> {
+    // SAFETY: every caller passes arguments matching the kernel's parameters and in-bounds
+    // buffers (see the comment at each call).
+    unsafe { def.add_kernel(deps, f, one(), &args) }
+}
+
+/// Kernel parameters; each call site names the kernel's parameters it matches.
+fn kp(f: &Function, args: KernelArgs) -> NodeParams<cuda_graph::node_kind::Kernel> {
+    // SAFETY: as for `k`.
+    unsafe { NodeParams::kernel(f, one(), args) }
+}
+
+fn launch(gpu: &Gpu, g: &Graph) -> TestResult {
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    Ok(())
+}
+
+fn run(gpu: &Gpu, def: &GraphDefinition) -> TestResult {
+    launch(gpu, &def.instantiate(&Default::default())?)
+}
+
+/// Holds `cond` true for a while: for "not released yet" checks (releases are asynchronous).
+fn stays(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..20 {
+        if !cond() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+fn typed_nodes_read_back_with_their_kind(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let m = def.add_memset(&[], &buf, 1i32)?;
+    // add_one(int*)
+    let kn = k(&def, &[&m], &gpu.f("add_one"), args![&buf])?;
+    let untyped: GraphNode = kn.into();
+    assert_eq!(def.kernel_node(&untyped)?, kn);
+    assert_eq!(def.memset_node(&m)?, m);
+    match def.memset_node(&untyped) {
+        Err(Error::WrongNodeType {
+            expected: NodeType::Memset,
+            found: NodeType::Kernel,
+        }) => {}
+        r => return Err(format!("expected a wrong-kind error, got {r:?}").into()),
+    }
+    let kernels: Vec<KernelNode> = def
+        .nodes()?
+        .iter()
+        .filter_map(|n| def.kernel_node(n).ok())
+        .collect();
+    assert_eq!(kernels, [kn]);
+    let other = GraphDefinition::new(&gpu.device)?;
+    assert!(matches!(
+        other.kernel_node(&untyped),
+        Err(Error::ForeignNode)
+    ));
+    run(gpu, &def)?;
+    assert_eq!(buf.to_vec()?, [2]);
+    Ok(())
+}
+
+fn definition_update_changes_later_instantiations_only(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let a = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let m = def.add_memset(&[], &a, 5i32)?;
+    // affine(int*, int, int): a = 5 * 2 + 1
+    let kn = k(&def, &[&m], &affine, args![&a, 2i32, 1i32])?;
+    let before = def.instantiate(&Default::default())?;
+    launch(gpu, &before)?;
+    assert_eq!(a.to_vec()?, [11]);
+    def.set_params(&m, NodeParams::memset(&a, 7i32)?)?;
+    // affine(int*, int, int): a = 7 * 3 + 1
+    def.set_params(&kn, kp(&affine, args![&a, 3i32, 1i32]))?;
+    run(gpu, &def)?;
+    assert_eq!(a.to_vec()?, [22], "a new exec runs the new parameters");
+    launch(gpu, &before)?;
+    assert_eq!(
+        a.to_vec()?,
+        [11],
+        "an exec made before keeps its parameters"
+    );
+    Ok(())
+}
+
+fn definition_update_releases_replaced_owners_after_older_execs(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let (old, new) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let watch_old = old.release_observer();
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    let kn = k(&def, &[], &add_one, args![&old])?;
+    let g = def.instantiate(&Default::default())?;
+    drop(old);
+    // add_one(int*)
+    def.set_params(&kn, kp(&add_one, args![&new]))?;
+    assert!(
+        stays(|| !watch_old.is_released()),
+        "the old buffer was released while an exec made before still uses it"
+    );
+    launch(gpu, &g)?;
+    run(gpu, &def)?;
+    assert_eq!(new.to_vec()?, [1]);
+    drop(g);
+    assert!(
+        eventually(|| watch_old.is_released()),
+        "the replaced buffer outlived the last exec that used it ({} owners)",
+        watch_old.share_count()
+    );
+    // With no exec made before, the replaced buffer goes with the update.
+    let x = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch_x = x.release_observer();
+    // add_one(int*)
+    def.set_params(&kn, kp(&add_one, args![&x]))?;
+    drop(x);
+    assert!(stays(|| !watch_x.is_released()), "the node holds x");
+    // add_one(int*)
+    def.set_params(&kn, kp(&add_one, args![&new]))?;
+    assert!(
+        eventually(|| watch_x.is_released()),
+        "x outlived the update that replaced it ({} owners)",
+        watch_x.share_count()
+    );
+    Ok(())
+}
+
+fn exec_update_changes_the_next_launch(gpu: &Gpu) -> TestResult {
+    let affine = gpu.f("affine");
+    let (a, b) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let def = GraphDefinition::new(&gpu.device)?;
+    let m = def.add_memset(&[], &a, 5i32)?;
+    // affine(int*, int, int): a = 5 * 2 + 1
+    let kn = k(&def, &[&m], &affine, args![&a, 2i32, 1i32])?;
+    let mut g = def.instantiate(&Default::default())?;
+    g.set_params(&m, NodeParams::memset(&a, 7i32)?)?;
+    // affine(int*, int, int): a = 7 * 3 + 1
+    g.set_params(&kn, kp(&affine, args![&a, 3i32, 1i32]))?;
+    launch(gpu, &g)?;
+    assert_eq!(a.to_vec()?, [22]);
+    run(gpu, &def)?;
+    assert_eq!(a.to_vec()?, [11], "the definition is unchanged");
+    // affine(int*, int, int): b = 0 * 1 + 4
+    g.set_params(&kn, kp(&affine, args![&b, 1i32, 4i32]))?;
+    launch(gpu, &g)?;
+    assert_eq!((a.to_vec()?, b.to_vec()?), (vec![7], vec![4]));
+    Ok(())
+}
+
+fn exec_update_releases_replaced_owners_after_launches(gpu: &Gpu) -> TestResult {
+    let copy = gpu.f("copy_i32");
+    let dst = gpu.device.alloc_zeroed::<i32>(1)?;
+    let (src1, src2, src3) = (
+        gpu.device.htod(&[1i32])?,
+        gpu.device.htod(&[2i32])?,
+        gpu.device.htod(&[3i32])?,
+    );
+    let watch2 = src2.release_observer();
+    let def = GraphDefinition::new(&gpu.device)?;
+    // spin(unsigned long long ns), then copy_i32(const int*, int*, int)
+    let s = k(&def, &[], &gpu.f("spin"), args![300_000_000u64])?;
+    let c = k(&def, &[&s], &copy, args![&src1, &dst, 1i32])?;
+    let mut g = def.instantiate(&Default::default())?;
+    // copy_i32(const int*, int*, int)
+    g.set_params(&c, kp(&copy, args![&src2, &dst, 1i32]))?;
+    drop(src2);
+    let stream = gpu.stream();
+    g.launch(&stream)?;
+    // copy_i32(const int*, int*, int)
+    g.set_params(&c, kp(&copy, args![&src3, &dst, 1i32]))?;
+    assert!(
+        stays(|| !watch2.is_released()),
+        "a replaced buffer was released while a launch that reads it was running"
+    );
+    stream.synchronize()?;
+    assert_eq!(dst.to_vec()?, [2]);
+    assert!(
+        eventually(|| watch2.is_released()),
+        "the replaced buffer outlived the launches that used it ({} owners)",
+        watch2.share_count()
+    );
+    launch(gpu, &g)?;
+    assert_eq!(dst.to_vec()?, [3]);
+    // A whole-exec update replaces per-node parameters too: src3 goes after it.
+    let watch3 = src3.release_observer();
+    drop(src3);
+    assert!(stays(|| !watch3.is_released()), "the exec holds src3");
+    g.update(&def)?;
+    assert!(
+        eventually(|| watch3.is_released()),
+        "src3 outlived the update that replaced it ({} owners)",
+        watch3.share_count()
+    );
+    launch(gpu, &g)?;
+    assert_eq!(dst.to_vec()?, [1], "the definition's parameters again");
+    Ok(())
+}
+
+fn disabled_node_does_not_run(gpu: &Gpu) -> TestResult {
+    let a = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    let kn = k(&def, &[], &gpu.f("add_one"), args![&a])?;
+    let m = def.add_memset(&[&kn], &a, 0i32)?;
+    let mut g = def.instantiate(&Default::default())?;
+    g.set_enabled(&m, false)?;
+    assert!(g.is_enabled(&kn)? && !g.is_enabled(&m)?);
+    launch(gpu, &g)?;
+    assert_eq!(a.to_vec()?, [1], "the memset is disabled");
+    g.set_enabled(&kn, false)?;
+    launch(gpu, &g)?;
+    assert_eq!(a.to_vec()?, [1], "both are disabled");
+    g.set_enabled(&kn, true)?;
+    launch(gpu, &g)?;
+    launch(gpu, &g)?;
+    assert_eq!(a.to_vec()?, [3], "the kernel runs again");
+    g.set_enabled(&m, true)?;
+    assert!(g.is_enabled(&m)?);
+    launch(gpu, &g)?;
+    assert_eq!(a.to_vec()?, [0], "the memset runs again");
+    Ok(())
+}
+
+fn refused_updates_change_nothing(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let a = gpu.device.alloc_zeroed::<i32>(1)?;
+    let b = gpu.device.alloc_zeroed::<i32>(4)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    let kn = k(&def, &[], &add_one, args![&a])?;
+    let m = def.add_memset(&[], &b, 0i32)?;
+    let mut g = def.instantiate(&Default::default())?;
+    let x = gpu.device.alloc_zeroed::<i32>(4)?;
+    let watch_x = x.release_observer();
+    let other = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    let foreign = k(&other, &[], &add_one, args![&a])?;
+    // add_one(int*) on x: never applied below.
+    match g.set_params(&foreign, kp(&add_one, args![&x])) {
+        Err(Error::ForeignNode) => {}
+        r => return Err(format!("exec: expected ForeignNode, got {r:?}").into()),
+    }
+    match def.set_params(&foreign, kp(&add_one, args![&x])) {
+        Err(Error::ForeignNode) => {}
+        r => return Err(format!("definition: expected ForeignNode, got {r:?}").into()),
+    }
+    // add_one(int*)
+    let later = k(&def, &[&kn], &add_one, args![&a])?;
+    match g.set_params(&later, kp(&add_one, args![&x])) {
+        Err(Error::NodeNotInExec) => {}
+        r => return Err(format!("expected NodeNotInExec, got {r:?}").into()),
+    }
+    assert!(matches!(
+        g.set_enabled(&later, false),
+        Err(Error::NodeNotInExec)
+    ));
+    def.destroy_node(later)?;
+    match g.set_params(&later, kp(&add_one, args![&x])) {
+        Err(Error::DestroyedNode) => {}
+        r => return Err(format!("expected DestroyedNode, got {r:?}").into()),
+    }
+    // The driver refuses a 2D memset in an exec's 1D memset node.
+    let shape = Memset2d {
+        width: 2,
+        height: 2,
+        pitch: 2,
+    };
+    match g.set_params(&m, NodeParams::memset_2d(&x, 9i32, shape)?) {
+        Err(Error::Driver(_)) => {}
+        r => return Err(format!("expected the driver's refusal, got {r:?}").into()),
+    }
+    drop(x);
+    assert!(
+        eventually(|| watch_x.is_released()),
+        "refused parameters were kept ({} owners)",
+        watch_x.share_count()
+    );
+    b.copy_from(&[5, 5, 5, 5])?;
+    launch(gpu, &g)?;
+    assert_eq!(a.to_vec()?, [1], "only the original kernel ran");
+    assert_eq!(b.to_vec()?, [0, 0, 0, 0], "the original memset ran");
+    Ok(())
+}
+
+fn captured_nodes_update_an_exec(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let (a, b) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { bld.launch(&add_one, one(), &args![&a])? };
+    let ended = bld.end_building()?;
+    let mut g = ended.complete(&Default::default())?;
+    let view = ended.graph_definition()?;
+    let nodes = view.nodes()?;
+    assert_eq!(nodes.len(), 1);
+    let kn = view.kernel_node(&nodes[0])?;
+    // add_one(int*)
+    g.set_params(&kn, kp(&add_one, args![&b]))?;
+    launch(gpu, &g)?;
+    assert_eq!((a.to_vec()?, b.to_vec()?), (vec![0], vec![1]));
+    Ok(())
+}
+
+fn host_callback_updates(gpu: &Gpu) -> TestResult {
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (h, first) = def.add_host_callback(&[], || {})?;
+    let mut g = def.instantiate(&Default::default())?;
+    let (p, second) = NodeParams::host_callback(|| {});
+    g.set_params(&h, p)?;
+    launch(gpu, &g)?;
+    assert_eq!((first.calls(), second.calls()), (Some(0), Some(1)));
+    let (p, third) = NodeParams::host_callback(|| {});
+    def.set_params(&h, p)?;
+    run(gpu, &def)?;
+    launch(gpu, &g)?;
+    assert_eq!(
+        (first.calls(), second.calls(), third.calls()),
+        (Some(0), Some(2), Some(1))
+    );
+    drop(g);
+    assert!(
+        eventually(|| second.is_released()),
+        "the exec's callback outlived it"
+    );
+    assert!(
+        eventually(|| first.is_released()),
+        "the replaced callback outlived the last exec made with it"
+    );
+    assert!(!third.is_released(), "the definition's node holds it");
+    drop(def);
+    assert!(eventually(|| third.is_released()));
+    Ok(())
+}
+
+/// A child definition that sets `buf` to `value`.
+fn memset_child(
+    gpu: &Gpu,
+    buf: &DeviceBuffer<i32>,
+    value: i32,
+) -> cuda_graph::Result<GraphDefinition> {
+    let child = GraphDefinition::new(&gpu.device)?;
+    child.add_memset(&[], buf, value)?;
+    Ok(child)
+}
+
+fn child_graph_exec_update(gpu: &Gpu) -> TestResult {
+    let (a, b) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let def = GraphDefinition::new(&gpu.device)?;
+    let ch = def.add_child_graph(&[], &memset_child(gpu, &a, 1)?)?;
+    let mut g = def.instantiate(&Default::default())?;
+    let watch_b = b.release_observer();
+    g.set_params(&ch, NodeParams::child_graph(&memset_child(gpu, &b, 2)?)?)?;
+    let b_copy = b.clone();
+    drop(b);
+    launch(gpu, &g)?;
+    assert_eq!((a.to_vec()?, b_copy.to_vec()?), (vec![0], vec![2]));
+    drop(b_copy);
+    assert!(
+        stays(|| !watch_b.is_released()),
+        "the exec's new child uses b"
+    );
+    drop(g);
+    assert!(eventually(|| watch_b.is_released()));
+    Ok(())
+}
+
+fn child_graph_definition_update(gpu: &Gpu) -> TestResult {
+    let (a, b) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let def = GraphDefinition::new(&gpu.device)?;
+    let ch = def.add_child_graph(&[], &memset_child(gpu, &a, 1)?)?;
+    def.set_params(&ch, NodeParams::child_graph(&memset_child(gpu, &b, 2)?)?)?;
+    run(gpu, &def)?;
+    assert_eq!((a.to_vec()?, b.to_vec()?), (vec![0], vec![2]));
+    Ok(())
+}
+
+fn cache_updates_or_instantiates(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let (a, b) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let stream = gpu.stream();
+    let mut cache = GraphCache::new(Default::default());
+    // `n` add_one launches on `buf`.
+    let step = |n: usize, buf: &DeviceBuffer<i32>| -> cuda_graph::Result<_> {
+        let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
+        for _ in 0..n {
+            // SAFETY: add_one(int*).
+            unsafe { bld.launch(&add_one, one(), &args![buf])? };
+        }
+        bld.end_building()
+    };
+    assert!(cache.launch(&stream).is_err(), "nothing cached yet");
+    assert_eq!(cache.refresh(&step(1, &a)?)?, CacheOutcome::Instantiated);
+    cache.launch(&stream)?;
+    // Same topology, another buffer, which only the cache holds.
+    let watch_b = b.release_observer();
+    let b_copy = b.clone();
+    assert_eq!(cache.refresh(&step(1, &b)?)?, CacheOutcome::Updated);
+    drop(b);
+    cache.launch(&stream)?;
+    stream.synchronize()?;
+    assert_eq!(b_copy.to_vec()?, [1]);
+    drop(b_copy);
+    assert!(stays(|| !watch_b.is_released()), "the updated exec uses b");
+    // Another topology: instantiated again; the replaced exec lets b go.
+    assert_eq!(cache.refresh(&step(2, &a)?)?, CacheOutcome::Instantiated);
+    cache.launch(&stream)?;
+    stream.synchronize()?;
+    assert_eq!(a.to_vec()?, [3]);
+    assert_eq!((cache.updates(), cache.instantiations()), (1, 2));
+    assert!(
+        eventually(|| watch_b.is_released()),
+        "b outlived the exec replaced by the cache ({} owners)",
+        watch_b.share_count()
+    );
+    // A definition works as a source too.
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*), twice in a chain, as the capture of two launches.
+    let first = k(&def, &[], &add_one, args![&a])?;
+    k(&def, &[&first], &add_one, args![&a])?;
+    assert_eq!(cache.refresh(&def)?, CacheOutcome::Updated);
+    cache.launch(&stream)?;
+    stream.synchronize()?;
+    assert_eq!(a.to_vec()?, [5]);
+    Ok(())
+}
