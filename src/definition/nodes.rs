@@ -432,24 +432,15 @@ impl GraphDefinition {
     ) -> Result<KernelNode> {
         self.same_device(&function.module.ctx, "kernel's module")?;
         let mut ptrs = args.pointers();
-        let params = sys::CUDA_KERNEL_NODE_PARAMS {
-            func: function.raw,
-            gridDimX: config.grid.0,
-            gridDimY: config.grid.1,
-            gridDimZ: config.grid.2,
-            blockDimX: config.block.0,
-            blockDimY: config.block.1,
-            blockDimZ: config.block.2,
-            sharedMemBytes: config.shared_mem_bytes,
-            kernelParams: if ptrs.is_empty() {
+        let params = config.kernel_node_params(
+            function,
+            if ptrs.is_empty() {
                 std::ptr::null_mut()
             } else {
                 ptrs.as_mut_ptr()
             },
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: self.handle().ctx.raw,
-        };
+            self.handle().ctx.raw,
+        );
         let keep = |owners: &mut Owners| {
             owners.push(function.module.clone());
             owners.extend(args.keep.iter().cloned());

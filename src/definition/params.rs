@@ -413,24 +413,15 @@ impl RawParams {
                     args,
                 } = &**kernel;
                 let mut ptrs = args.pointers();
-                let params = sys::CUDA_KERNEL_NODE_PARAMS {
-                    func: function.raw,
-                    gridDimX: config.grid.0,
-                    gridDimY: config.grid.1,
-                    gridDimZ: config.grid.2,
-                    blockDimX: config.block.0,
-                    blockDimY: config.block.1,
-                    blockDimZ: config.block.2,
-                    sharedMemBytes: config.shared_mem_bytes,
-                    kernelParams: if ptrs.is_empty() {
+                let params = config.kernel_node_params(
+                    function,
+                    if ptrs.is_empty() {
                         std::ptr::null_mut()
                     } else {
                         ptrs.as_mut_ptr()
                     },
-                    extra: std::ptr::null_mut(),
-                    kern: std::ptr::null_mut(),
                     ctx,
-                };
+                );
                 match target {
                     // SAFETY: the caller's promises; `ptrs` points into `args`, which outlives the
                     // call (the driver copies the values); the constructor's caller promised the

@@ -25,6 +25,33 @@ impl Default for LaunchConfig {
 }
 
 impl LaunchConfig {
+    /// A kernel node's parameters (`CUDA_KERNEL_NODE_PARAMS`) for `function` with this
+    /// configuration, in context `ctx`; `params` points at the argument pointers (null for none)
+    /// and must stay valid until the driver call that takes them returns.
+    pub(crate) fn kernel_node_params(
+        &self,
+        function: &super::Function,
+        params: *mut *mut std::ffi::c_void,
+        ctx: cudarc::driver::sys::CUcontext,
+    ) -> cudarc::driver::sys::CUDA_KERNEL_NODE_PARAMS {
+        cudarc::driver::sys::CUDA_KERNEL_NODE_PARAMS {
+            func: function.raw,
+            gridDimX: self.grid.0,
+            gridDimY: self.grid.1,
+            gridDimZ: self.grid.2,
+            blockDimX: self.block.0,
+            blockDimY: self.block.1,
+            blockDimZ: self.block.2,
+            sharedMemBytes: self.shared_mem_bytes,
+            kernelParams: params,
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx,
+        }
+    }
+}
+
+impl LaunchConfig {
     /// One block of one thread.
     pub const fn single() -> Self {
         LaunchConfig {

@@ -3,12 +3,11 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use cuda_graph::prelude::*;
 
 use crate::args;
-use crate::support::{eventually, one, Gpu, Needs, TestResult, KERNELS};
+use crate::support::{eventually, launch, one, run, stays, Gpu, Needs, TestResult, KERNELS};
 
 const GPU: Needs = Needs::Gpu;
 const V12_3: Needs = Needs::Conditional(DriverVersion::V12_3);
@@ -228,28 +227,6 @@ fn k(
     // SAFETY: every caller passes arguments matching the kernel's parameters and in-bounds
     // buffers (see the comment at each call).
     unsafe { def.add_kernel(deps, f, config, &args) }
-}
-
-fn launch(gpu: &Gpu, g: &Graph) -> TestResult {
-    let s = gpu.stream();
-    g.launch(&s)?;
-    s.synchronize()?;
-    Ok(())
-}
-
-fn run(gpu: &Gpu, def: &GraphDefinition) -> TestResult {
-    launch(gpu, &def.instantiate(&GraphCompleteOptions::default())?)
-}
-
-/// Holds `cond` false for a while: for "not released yet" checks (releases are asynchronous).
-fn stays(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..20 {
-        if !cond() {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
 }
 
 fn counts(def: &GraphDefinition) -> cuda_graph::Result<(usize, usize)> {

@@ -1,12 +1,10 @@
 //! Typed nodes and per-node updates: of definitions, of execs (parameters, enabled), refusals,
 //! the lifetimes of replaced parameters, and the update-or-instantiate cache.
 
-use std::time::Duration;
-
 use cuda_graph::prelude::*;
 
 use crate::args;
-use crate::support::{eventually, one, Gpu, Needs, TestResult};
+use crate::support::{eventually, launch, one, run, stays, Gpu, Needs, TestResult};
 
 const GPU: Needs = Needs::Gpu;
 
@@ -85,28 +83,6 @@ fn k(
 fn kp(f: &Function, args: KernelArgs) -> NodeParams<cuda_graph::node_kind::Kernel> {
     // SAFETY: as for `k`.
     unsafe { NodeParams::kernel(f, one(), args) }
-}
-
-fn launch(gpu: &Gpu, g: &Graph) -> TestResult {
-    let s = gpu.stream();
-    g.launch(&s)?;
-    s.synchronize()?;
-    Ok(())
-}
-
-fn run(gpu: &Gpu, def: &GraphDefinition) -> TestResult {
-    launch(gpu, &def.instantiate(&Default::default())?)
-}
-
-/// Holds `cond` true for a while: for "not released yet" checks (releases are asynchronous).
-fn stays(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..20 {
-        if !cond() {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
 }
 
 fn typed_nodes_read_back_with_their_kind(gpu: &Gpu) -> TestResult {

@@ -122,3 +122,27 @@ pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
 }
 
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Launches `g` on a new stream and waits for it.
+pub fn launch(gpu: &Gpu, g: &Graph) -> TestResult {
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    Ok(())
+}
+
+/// Instantiates `def`, launches it once and waits.
+pub fn run(gpu: &Gpu, def: &GraphDefinition) -> TestResult {
+    launch(gpu, &def.instantiate(&GraphCompleteOptions::default())?)
+}
+
+/// Holds `cond` true for a while: for "not released yet" checks (releases are asynchronous).
+pub fn stays(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..20 {
+        if !cond() {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
