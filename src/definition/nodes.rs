@@ -777,8 +777,9 @@ impl GraphDefinition {
     ///
     /// Refused with an [`Error::InvalidArgument`]: a device ordinal that does not exist, a peer
     /// that cannot access the allocating device (`cuDeviceCanAccessPeer`), the allocating device
-    /// listed as its own peer. Managed memory needs the crate built with a `cuda-13*` feature and
-    /// driver 13.0 ([`Error::Unsupported`] otherwise); what the driver itself refuses is its error.
+    /// listed as its own peer, managed memory in a build with CUDA 12 bindings (managed memory
+    /// needs a `cuda-13*` feature, and driver 13.0: [`Error::Unsupported`] below it); what the
+    /// driver itself refuses is its error.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -838,11 +839,9 @@ impl GraphDefinition {
         let alloc_type = match compat::allocation_type(options.managed) {
             Some(t) => t,
             None => {
-                return Err(Error::Unsupported {
-                    feature: "managed graph allocations (build with a cuda-13* feature)",
-                    needs: DriverVersion::V13_0,
-                    driver: crate::driver_version()?,
-                })
+                return Err(Error::InvalidArgument(
+                    "managed graph allocations need the CUDA 13 bindings: build cuda-graph with a `cuda-13*` feature (this build uses CUDA 12 bindings, which cannot name managed memory)".into(),
+                ))
             }
         };
         if options.managed {
