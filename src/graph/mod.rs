@@ -484,12 +484,17 @@ impl Drop for Graph {
         // The exec is destroyed first, then the graphs it came from, in that order on one
         // thread: driver 13.0 crashed in `cuGraphExecDestroy` of an exec with a conditional node
         // while another thread destroyed its source graph (the soak's conditional loop).
+        // The exec is destroyed under its source graph's tree lock: driver 13.0 also crashed
+        // when an exec was destroyed on the release thread while the main thread added and
+        // destroyed nodes of the definition it came from (the soak's edit loop).
         let held = (
-            self.exec.take(),
+            ExecWithSource {
+                exec: Some(self.exec.take()),
+                source: state.source.take(),
+            },
             state.current.take(),
             std::mem::take(&mut state.keep),
             std::mem::take(&mut state.node_owners),
-            state.source.take(),
         );
         let ctx = self.exec.ctx.clone();
         let freed_any = !unfreed.is_empty();
@@ -514,6 +519,22 @@ impl Drop for Graph {
             }
         };
         state.release_after_last_launch(Box::new(OnDrop(Some(release))));
+    }
+}
+
+/// An exec and the graph it was instantiated from, dropped in that order, the exec under the
+/// graph's tree lock (so never beside a driver call on that graph).
+struct ExecWithSource {
+    exec: Option<ExecHandle>,
+    source: Option<Arc<GraphHandle>>,
+}
+
+impl Drop for ExecWithSource {
+    fn drop(&mut self) {
+        let guard = self.source.as_ref().map(|s| s.lock());
+        drop(self.exec.take());
+        drop(guard);
+        drop(self.source.take());
     }
 }
 
