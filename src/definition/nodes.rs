@@ -434,11 +434,7 @@ impl GraphDefinition {
         let mut ptrs = args.pointers();
         let params = config.kernel_node_params(
             function,
-            if ptrs.is_empty() {
-                std::ptr::null_mut()
-            } else {
-                ptrs.as_mut_ptr()
-            },
+            crate::runtime::params_ptr(&mut ptrs),
             self.handle().ctx.raw,
         );
         let keep = |owners: &mut Owners| {

@@ -413,15 +413,8 @@ impl RawParams {
                     args,
                 } = &**kernel;
                 let mut ptrs = args.pointers();
-                let params = config.kernel_node_params(
-                    function,
-                    if ptrs.is_empty() {
-                        std::ptr::null_mut()
-                    } else {
-                        ptrs.as_mut_ptr()
-                    },
-                    ctx,
-                );
+                let params =
+                    config.kernel_node_params(function, crate::runtime::params_ptr(&mut ptrs), ctx);
                 match target {
                     // SAFETY: the caller's promises; `ptrs` points into `args`, which outlives the
                     // call (the driver copies the values); the constructor's caller promised the

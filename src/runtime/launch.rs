@@ -152,9 +152,15 @@ impl KernelArgs {
     }
 }
 
-/// One argument's bytes, in a heap allocation with the layout of the argument's type (its size
-/// rounded up to at least one byte, so a zero-sized argument still has a valid, unique address);
-/// freed on drop.
+/// The `kernelParams` pointer for the argument pointers `ptrs`: null when there are none.
+pub(crate) fn params_ptr(ptrs: &mut [*mut std::ffi::c_void]) -> *mut *mut std::ffi::c_void {
+    if ptrs.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        ptrs.as_mut_ptr()
+    }
+}
+
 /// One argument's bytes: inline when the type fits 16 bytes at an alignment of at most 16 (every
 /// primitive, pointer and `float4`-like type), else in an allocation with the type's layout.
 enum ArgValue {

@@ -279,11 +279,7 @@ impl Stream {
         args: &KernelArgs,
     ) -> Result<()> {
         let mut ptrs = args.pointers();
-        let params = if ptrs.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            ptrs.as_mut_ptr()
-        };
+        let params = super::launch::params_ptr(&mut ptrs);
         let (g, b) = (config.grid, config.block);
         self.enqueue(|rec| {
             if !rec.capturing() {
