@@ -73,7 +73,7 @@ for e in "$here"/example-*; do
   if [ "${SANITIZE:-0}" = 1 ] && [ "$(basename "$e")" = example-soak ]; then
     # The soak under memcheck: a short run (the sanitizer is slow; growth figures mean nothing
     # there), for memory errors only. Its failed-update loop makes API errors on purpose.
-    run compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$e" --cycles 50 --warmup 5
+    run compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$e" --cycles 50 --warmup 5 --report-only
   else
     run "$e"
   fi

@@ -72,16 +72,20 @@ pub use builder::{
     CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Ended, Forked, Global,
     GraphBuilder, HostCallback, NotStarted, Primary, Relaxed, ThreadLocal, MAX_SWITCH_BODIES,
 };
+pub use core::conditional::ConditionalKind;
 pub use core::source::FinishedGraph;
 pub use definition::{
-    node_kind, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,
-    GraphAllocation, GraphDefinition, GraphNode, HostNode, KernelNode, MemAllocNode,
-    MemAllocOptions, MemFreeNode, MemcpyNode, Memset2d, MemsetNode, MemsetValue, NodeKind,
-    NodeParams, NodeType, PeerAccess, TypedNode,
+    node_kind, ChildGraphInfo, ChildGraphNode, ConditionalInfo, ConditionalNode, EmptyNode,
+    EventInfo, EventRecordNode, EventWaitNode, GraphAllocation, GraphDefinition, GraphNode,
+    HostInfo, HostNode, KernelInfo, KernelNode, MemAllocInfo, MemAllocNode, MemAllocOptions,
+    MemFreeInfo, MemFreeNode, MemcpyInfo, MemcpyNode, MemoryKind, Memset2d, MemsetInfo, MemsetNode,
+    MemsetValue, NodeInfo, NodeKind, NodeParams, NodeType, PeerAccess, ReadBack, TypedNode,
 };
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
-pub use graph::{CacheOutcome, Graph, GraphCache, GraphCompleteOptions, GraphDebugPrintOptions};
+pub use graph::{
+    CacheOutcome, DeviceGraph, Graph, GraphCache, GraphCompleteOptions, GraphDebugPrintOptions,
+};
 pub use runtime::{
     Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function, GraphMemoryUsage, KernelArg,
     KernelArgs, LaunchConfig, Module, PinnedBuffer, ReleaseObserver, Stream,

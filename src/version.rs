@@ -9,12 +9,18 @@ pub struct DriverVersion(pub i32);
 impl DriverVersion {
     /// CUDA 12.0: `cuGraphInstantiateWithParams`, `cuGraphExecUpdate_v2`.
     pub const V12_0: DriverVersion = DriverVersion(12000);
+    /// CUDA 12.2: `cuGraphAddNode`/`cuGraphNodeSetParams` (complete per-node parameters).
+    pub const V12_2: DriverVersion = DriverVersion(12020);
     /// CUDA 12.3: conditional handles, IF and WHILE nodes, `cuStreamBeginCaptureToGraph`.
     pub const V12_3: DriverVersion = DriverVersion(12030);
+    /// CUDA 12.4: `cuFuncGetParamInfo` (reading kernel arguments back).
+    pub const V12_4: DriverVersion = DriverVersion(12040);
     /// CUDA 12.8: IF with ELSE, SWITCH nodes.
     pub const V12_8: DriverVersion = DriverVersion(12080);
     /// CUDA 13.0: managed memory in graph allocations.
     pub const V13_0: DriverVersion = DriverVersion(13000);
+    /// CUDA 13.2: `cuGraphNodeGetParams` (reading any node back).
+    pub const V13_2: DriverVersion = DriverVersion(13020);
 
     /// The major version (`12` for 12.8).
     pub fn major(self) -> i32 {

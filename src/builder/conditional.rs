@@ -63,7 +63,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             let tree = rec.tree.as_deref_mut().ok_or_else(|| {
                 Error::InvalidArgument("the builder's stream is not capturing".into())
             })?;
-            Ok(register_bodies(tree, &graph, node, raws))
+            Ok(register_bodies(tree, &graph, node, raws, handle, kind))
         })?;
         Ok(bodies
             .into_iter()

@@ -161,6 +161,26 @@ where
     }
 }
 
+/// Whether `f` is the host function of this crate's callbacks.
+pub(crate) fn is_trampoline(f: unsafe extern "C" fn(*mut c_void)) -> bool {
+    f as usize == trampoline as unsafe extern "C" fn(*mut c_void) as usize
+}
+
+/// The observer of the callback whose state `owner` is, if it is the state at `user_data`.
+pub(crate) fn observer_of(
+    owner: &Arc<dyn std::any::Any + Send + Sync>,
+    user_data: usize,
+) -> Option<HostCallback> {
+    let state = owner.downcast_ref::<CallbackState>()?;
+    if state as *const CallbackState as usize != user_data {
+        return None;
+    }
+    let state = owner.clone().downcast::<CallbackState>().ok()?;
+    Some(HostCallback {
+        state: Arc::downgrade(&state),
+    })
+}
+
 static_assertions::assert_impl_all!(HostCallback: Send, Sync);
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
-use crate::driver::graph::{GraphHandle, TreeState};
+use crate::driver::graph::{CondRecord, GraphHandle, TreeState};
 use crate::driver::{self, compat, DriverVersion};
 use crate::error::{Error, Result};
 use crate::runtime::{KernelArg, KernelArgs};
@@ -13,7 +13,10 @@ use crate::runtime::{KernelArg, KernelArgs};
 /// device code with `cudaGraphSetConditional` or reset to its default at each launch.
 ///
 /// It is `Copy` and passes to kernels as a 64-bit argument. It belongs to the graph whose builder
-/// created it; using it with another graph is an [`Error::ForeignConditionalHandle`].
+/// or definition created it: conditional nodes of that graph, of its conditional bodies (at any
+/// depth) and of the graphs its child-graph nodes run (seen through
+/// [`GraphDefinition::inspect`](crate::GraphDefinition::inspect)) may test it, as CUDA allows;
+/// a conditional node anywhere else refuses it with [`Error::ForeignConditionalHandle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConditionalHandle {
     pub(crate) raw: sys::CUgraphConditionalHandle,
@@ -66,7 +69,65 @@ pub(crate) enum CondKind {
     While,
 }
 
+/// What kind of conditional node a node is, as read back with
+/// [`GraphDefinition::inspect`](crate::GraphDefinition::inspect).
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// use cuda_graph::{ConditionalKind, NodeInfo};
+/// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+/// let h = def.create_conditional_handle(Some(1))?;
+/// let (node, _body) = def.add_while(&[], &h)?;
+/// if let NodeInfo::Conditional(_, info) = def.inspect(&node)? {
+///     assert_eq!(info.kind, ConditionalKind::While);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConditionalKind {
+    /// IF: one body, run when the value is non-zero.
+    If,
+    /// IF with an ELSE body: the first body runs when the value is non-zero, the second when it
+    /// is zero.
+    IfElse,
+    /// WHILE: one body, run again as long as the value is non-zero.
+    While,
+    /// SWITCH with this many bodies: body `n` runs when the value is `n`.
+    Switch(u32),
+}
+
 impl CondKind {
+    /// The kind as the public enum.
+    pub(crate) fn public(self) -> ConditionalKind {
+        match self {
+            CondKind::If => ConditionalKind::If,
+            CondKind::IfElse => ConditionalKind::IfElse,
+            CondKind::Switch(n) => ConditionalKind::Switch(n),
+            CondKind::While => ConditionalKind::While,
+        }
+    }
+
+    /// The kind the driver's type and body count describe (`None`: a type this crate does not
+    /// know).
+    pub(crate) fn from_raw(ty: u32, size: u32) -> Option<CondKind> {
+        match (ty, size) {
+            (0, 1) => Some(CondKind::If),
+            (0, 2) => Some(CondKind::IfElse),
+            (1, _) => Some(CondKind::While),
+            (2, n) => Some(CondKind::Switch(n)),
+            _ => None,
+        }
+    }
+
+    /// The driver's `CUgraphConditionalNodeType`, as the integer it is.
+    fn raw_type(self) -> u32 {
+        match self {
+            CondKind::If | CondKind::IfElse => 0,
+            CondKind::While => 1,
+            CondKind::Switch(_) => 2,
+        }
+    }
     /// The node type; SWITCH is set by [`compat::set_switch`] (not every binding version has it).
     fn ty(self) -> sys::CUgraphConditionalNodeType {
         use sys::CUgraphConditionalNodeType::*;
@@ -113,7 +174,8 @@ pub(crate) fn node_params(
     kind: CondKind,
 ) -> Result<sys::CUgraphNodeParams> {
     let (ty, size) = (kind.ty(), kind.size());
-    if handle.graph_id != graph.id {
+    // CUDA lets the conditional nodes of a graph's bodies and children test its handles.
+    if !graph.any_in_chain(|id| id == handle.graph_id) {
         return Err(Error::ForeignConditionalHandle);
     }
     if size == 0 {
@@ -158,12 +220,15 @@ pub(crate) fn body_graphs(params: &sys::CUgraphNodeParams, size: u32) -> Result<
 }
 
 /// Wraps the bodies of conditional node `node` of `graph` and records them in the tree, so that
-/// destroying the node (through a definition) marks them dead.
+/// destroying the node (through a definition) marks them dead, and the node's handle and kind
+/// for reading it back.
 pub(crate) fn register_bodies(
     tree: &mut TreeState,
     graph: &Arc<GraphHandle>,
     node: sys::CUgraphNode,
     raws: Vec<sys::CUgraph>,
+    handle: &ConditionalHandle,
+    kind: CondKind,
 ) -> Vec<Arc<GraphHandle>> {
     let bodies: Vec<_> = raws
         .into_iter()
@@ -172,6 +237,14 @@ pub(crate) fn register_bodies(
     tree.bodies.insert(
         (graph.id, node as usize),
         bodies.iter().map(|b| b.id).collect(),
+    );
+    tree.conditionals.insert(
+        (graph.id, node as usize),
+        CondRecord {
+            handle: (handle.raw, handle.graph_id),
+            ty: kind.raw_type(),
+            bodies: bodies.iter().map(|b| (b.id, b.raw as usize)).collect(),
+        },
     );
     bodies
 }

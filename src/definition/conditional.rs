@@ -50,7 +50,7 @@ impl GraphDefinition {
             &mut released,
         );
         let raws = body_graphs(&params, size)?;
-        let bodies = register_bodies(&mut locked.tree, graph, out, raws);
+        let bodies = register_bodies(&mut locked.tree, graph, out, raws, handle, kind);
         drop(locked);
         drop(released);
         Ok((

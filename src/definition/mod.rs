@@ -16,12 +16,17 @@ use crate::runtime::{Device, ReleaseObserver};
 use crate::ConditionalHandle;
 
 mod conditional;
+mod inspect;
 mod node;
 mod nodes;
 mod params;
 mod topology;
 mod typed;
 
+pub use inspect::{
+    ChildGraphInfo, ConditionalInfo, EventInfo, HostInfo, KernelInfo, MemAllocInfo, MemFreeInfo,
+    MemcpyInfo, MemoryKind, MemsetInfo, NodeInfo, ReadBack,
+};
 pub use node::{GraphNode, NodeType};
 pub use nodes::{GraphAllocation, MemAllocOptions, Memset2d, MemsetValue, PeerAccess};
 pub use params::NodeParams;
@@ -156,7 +161,7 @@ impl GraphDefinition {
     /// # Ok(()) }
     /// ```
     pub fn is_conditional_body(&self) -> bool {
-        self.graph.is_body()
+        self.graph.is_body() && !self.graph.is_embedded()
     }
 
     /// An observer that tells when the graph itself is destroyed: after every definition and
@@ -192,6 +197,11 @@ impl GraphDefinition {
 
     /// The error for a body used where a graph of its own is needed.
     fn standalone(&self, what: &str) -> Result<&Arc<GraphHandle>> {
+        if self.graph.is_embedded() {
+            return Err(Error::InvalidArgument(format!(
+                "the graph of a child-graph node cannot be {what} on its own: it runs as part of the graph that holds the node; use that graph's definition, or the definition it was embedded from"
+            )));
+        }
         if self.graph.is_body() {
             return Err(Error::InvalidArgument(format!(
                 "a conditional body cannot be {what} on its own: it runs as part of the graph that holds its conditional node; use that graph's definition"

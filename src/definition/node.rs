@@ -191,9 +191,12 @@ pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) -> Vec<
         .into_iter()
         .collect();
     tree.unfreed.remove(&(graph, node.raw));
-    if let Some(bodies) = tree.bodies.remove(&(graph, node.raw)) {
-        released.extend(tree.nodes.remove_graphs(&bodies));
-        tree.dead.extend(bodies);
+    tree.conditionals.remove(&(graph, node.raw));
+    let mut owned = tree.bodies.remove(&(graph, node.raw)).unwrap_or_default();
+    owned.extend(tree.embedded.remove(&(graph, node.raw)));
+    if !owned.is_empty() {
+        released.extend(tree.nodes.remove_graphs(&owned));
+        tree.dead.extend(owned);
     }
     released
 }

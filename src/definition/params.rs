@@ -479,7 +479,10 @@ impl RawParams {
                 }
             }
             (RawParams::Child(child), Target::Definition) => {
-                driver::require("cuGraphNodeSetParams", crate::DriverVersion(12020))?;
+                driver::require(
+                    "updating a child-graph node of a definition (cuGraphNodeSetParams)",
+                    crate::DriverVersion::V12_2,
+                )?;
                 // SAFETY: zeroed node parameters are valid plain C data (unused bytes must be
                 // zero); the used fields are set below.
                 let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };

@@ -201,3 +201,40 @@ pub(crate) fn set_switch(params: &mut sys::CUgraphNodeParams) {
             .write(CU_GRAPH_COND_TYPE_SWITCH);
     }
 }
+
+/// `cuFuncGetParamInfo` (bindings 12.4 and newer): the offset and size of parameter `index`, or
+/// `None` past the last one.
+///
+/// # Safety
+/// `func` is a kernel of a module that is loaded now.
+#[cfg(not(feature = "cuda-12030"))]
+pub(crate) unsafe fn func_param_info(
+    func: sys::CUfunction,
+    index: usize,
+) -> crate::Result<Option<(usize, usize)>> {
+    let (mut offset, mut size) = (0usize, 0usize);
+    // SAFETY: the caller's promise above; the out pointers are valid.
+    match unsafe { super::drv!(cuFuncGetParamInfo(func, index, &mut offset, &mut size)) } {
+        Ok(()) => Ok(Some((offset, size))),
+        Err(crate::Error::Driver(e))
+            if e.code() == sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32 =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The 12.3 bindings lack `cuFuncGetParamInfo`.
+///
+/// # Safety
+/// None needed; kept `unsafe` to match the other bindings' shim.
+#[cfg(feature = "cuda-12030")]
+pub(crate) unsafe fn func_param_info(
+    _func: sys::CUfunction,
+    _index: usize,
+) -> crate::Result<Option<(usize, usize)>> {
+    Err(crate::Error::InvalidArgument(
+        "reading back kernel arguments needs cuFuncGetParamInfo, which the CUDA 12.3 bindings lack: build with a cuda-12040 or newer feature".into(),
+    ))
+}

@@ -28,8 +28,11 @@ pub struct GraphHandle {
     pub(crate) raw: sys::CUgraph,
     /// A process-unique id (raw pointers can be reused after a graph is destroyed).
     pub(crate) id: u64,
-    /// `Some` for a graph owned by a node of `owner` (conditional bodies): never destroyed here.
+    /// `Some` for a graph owned by a node of `owner` (conditional bodies, and graphs embedded by
+    /// child-graph nodes): never destroyed here.
     owner: Option<Arc<GraphHandle>>,
+    /// Whether this is the graph a child-graph node of `owner` runs (not a conditional body).
+    embedded: bool,
     /// CUDA graph objects are not internally synchronised: every driver call that reads or
     /// mutates a graph runs under its tree's lock ([`GraphHandle::lock`]). Only the root's is
     /// used; a conditional body takes its root's, since instantiating the root reads the bodies.
@@ -174,6 +177,20 @@ impl NodeTable {
             .then_some(slot)
     }
 
+    /// What the live node `(graph, raw, serial)` holds.
+    pub(crate) fn owners_of(&self, graph: u64, raw: usize, serial: u64) -> Option<&Owners> {
+        self.slot_of(graph, raw, serial)
+            .map(|slot| &self.slots[slot as usize].owners)
+    }
+
+    /// What every live node holds.
+    fn all_owners(&self) -> impl Iterator<Item = &Owner> {
+        self.slots
+            .iter()
+            .filter(|s| s.live)
+            .flat_map(|s| s.owners.iter())
+    }
+
     /// Whether the token `(graph, raw, serial)` names a live node.
     pub(crate) fn is_live(&self, graph: u64, raw: usize, serial: u64) -> bool {
         self.slot_of(graph, raw, serial).is_some()
@@ -286,6 +303,17 @@ impl NodeTable {
     }
 }
 
+/// A conditional node as this crate made it: its handle, type and bodies.
+#[derive(Debug, Clone)]
+pub(crate) struct CondRecord {
+    /// The handle's raw value and the id of the graph it was created in.
+    pub(crate) handle: (u64, u64),
+    /// `CUgraphConditionalNodeType` as the integer it is (0 IF, 1 WHILE, 2 SWITCH).
+    pub(crate) ty: u32,
+    /// The bodies: the id their views carry and the raw graph.
+    pub(crate) bodies: Vec<(u64, usize)>,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct TreeState {
     /// Live nodes known to this crate. A node token is valid only while its slot holds it, so
@@ -294,6 +322,12 @@ pub(crate) struct TreeState {
     /// Conditional nodes that this crate created: `(graph id, raw node)` → the ids of the body
     /// graphs it owns, so that destroying the node marks them dead.
     pub(crate) bodies: IdMap<(u64, usize), Vec<u64>>,
+    /// Conditional nodes this crate created: `(graph id, raw node)` → what reading the node back
+    /// reports.
+    pub(crate) conditionals: IdMap<(u64, usize), CondRecord>,
+    /// Child-graph nodes whose graph was looked at (`GraphDefinition::inspect`): `(graph id, raw
+    /// node)` → the id its views carry, so that destroying the node marks them dead.
+    pub(crate) embedded: IdMap<(u64, usize), u64>,
     /// Graphs the driver freed: bodies whose conditional node was destroyed, and graphs a failed
     /// capture into destroyed.
     pub(crate) dead: IdSet<u64>,
@@ -350,6 +384,49 @@ impl TreeState {
     /// Whether a capture records into graph `graph_id` now.
     pub(crate) fn is_capturing_into(&self, graph_id: u64) -> bool {
         self.captures.values().any(|g| *g == graph_id)
+    }
+
+    /// Something this tree holds that `pred` picks: first among what node `(graph, raw, serial)`
+    /// holds, then among everything the tree holds (a copy's or a capture's operands, which are
+    /// held per graph, not per node), looking inside shared chunks. For read-back, not a hot
+    /// path.
+    pub(crate) fn find_owner(
+        &self,
+        graph: u64,
+        raw: usize,
+        serial: u64,
+        pred: &mut dyn FnMut(&Owner) -> bool,
+    ) -> Option<Owner> {
+        fn search<'a>(
+            items: impl Iterator<Item = &'a Owner>,
+            pred: &mut dyn FnMut(&Owner) -> bool,
+            depth: u32,
+        ) -> Option<Owner> {
+            for o in items {
+                if pred(o) {
+                    return Some(o.clone());
+                }
+                if depth > 0 {
+                    if let Some(chunk) = o.downcast_ref::<Vec<Owner>>() {
+                        if let Some(found) = search(chunk.iter(), pred, depth - 1) {
+                            return Some(found);
+                        }
+                    }
+                }
+            }
+            None
+        }
+        const DEPTH: u32 = 8;
+        if let Some(found) = self
+            .nodes
+            .owners_of(graph, raw, serial)
+            .and_then(|own| search(own.iter(), pred, DEPTH))
+        {
+            return Some(found);
+        }
+        search(self.pending.iter(), pred, DEPTH)
+            .or_else(|| search(self.chunks.iter().flat_map(|c| c.iter()), pred, DEPTH))
+            .or_else(|| search(self.nodes.all_owners(), pred, DEPTH))
     }
 
     /// Holds `value` for as long as the tree (and, once flushed, every exec made from it) lives.
@@ -429,6 +506,7 @@ impl GraphHandle {
             raw,
             id: next_id(),
             owner: None,
+            embedded: false,
             tree: Mutex::new(TreeState::default()),
             disowned: AtomicBool::new(false),
         }
@@ -436,14 +514,31 @@ impl GraphHandle {
 
     /// Wraps a body graph owned by a node of `owner`.
     pub(crate) fn body(owner: &Arc<GraphHandle>, raw: sys::CUgraph) -> Arc<Self> {
+        Self::node_owned(owner, raw, next_id(), false)
+    }
+
+    /// Wraps a graph owned by a node of `owner` under a known id (another view of a body or of
+    /// an embedded graph, with the id its first view got, so that node tokens carry over).
+    pub(crate) fn node_owned(
+        owner: &Arc<GraphHandle>,
+        raw: sys::CUgraph,
+        id: u64,
+        embedded: bool,
+    ) -> Arc<Self> {
         Arc::new(GraphHandle {
             ctx: owner.ctx.clone(),
             raw,
-            id: next_id(),
+            id,
             owner: Some(owner.clone()),
+            embedded,
             tree: Mutex::new(TreeState::default()),
             disowned: AtomicBool::new(false),
         })
+    }
+
+    /// Whether this is the graph a child-graph node runs, seen through the node.
+    pub(crate) fn is_embedded(&self) -> bool {
+        self.embedded
     }
 
     /// Takes the lock of this graph's tree (see [`TreeState`]). Hold it across every driver call
@@ -467,7 +562,8 @@ impl GraphHandle {
         g.id
     }
 
-    /// Whether this graph is a conditional body (owned by a node of another graph).
+    /// Whether this graph is owned by a node of another graph (a conditional body, or the graph
+    /// a child-graph node runs).
     pub(crate) fn is_body(&self) -> bool {
         self.owner.is_some()
     }
@@ -1093,6 +1189,170 @@ pub(crate) unsafe fn node_get_enabled(
     // SAFETY: the caller's promises above; `v` is a valid out pointer.
     unsafe { drv!(cuGraphNodeGetEnabled(exec, node, &mut v)) }?;
     Ok(v != 0)
+}
+
+// Read-back of node parameters. They share one promise: `node` is a live node of a graph whose
+// tree is locked, of the type the call is for. What a call returns that points into the driver
+// (a kernel's argument array) is valid only until the node is changed or destroyed: read it under
+// the same lock.
+
+/// A kernel node's parameters (`cuGraphKernelNodeGetParams_v2`).
+///
+/// # Safety
+/// The read-back promise (above).
+pub(crate) unsafe fn kernel_node_get_params(
+    node: sys::CUgraphNode,
+) -> Result<sys::CUDA_KERNEL_NODE_PARAMS> {
+    // SAFETY: the structure is plain C data (pointers and integers, no enums): zero is valid.
+    let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller's promise above; `p` is a valid out pointer.
+    unsafe { drv!(cuGraphKernelNodeGetParams_v2(node, &mut p)) }?;
+    Ok(p)
+}
+
+/// A memset node's parameters (`cuGraphMemsetNodeGetParams`).
+///
+/// # Safety
+/// The read-back promise (above).
+pub(crate) unsafe fn memset_node_get_params(
+    node: sys::CUgraphNode,
+) -> Result<sys::CUDA_MEMSET_NODE_PARAMS> {
+    // SAFETY: plain C integers: zero is valid.
+    let mut p: sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller's promise above; `p` is a valid out pointer.
+    unsafe { drv!(cuGraphMemsetNodeGetParams(node, &mut p)) }?;
+    Ok(p)
+}
+
+/// A memory copy as the driver describes it, with the memory types as the integers the driver
+/// writes (`CUmemorytype`: 1 host, 2 device, 3 array, 4 unified).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Memcpy3d {
+    pub(crate) src_type: u32,
+    pub(crate) src_host: usize,
+    pub(crate) src_device: u64,
+    pub(crate) src_x: usize,
+    pub(crate) dst_type: u32,
+    pub(crate) dst_host: usize,
+    pub(crate) dst_device: u64,
+    pub(crate) dst_x: usize,
+    pub(crate) width: usize,
+    pub(crate) height: usize,
+    pub(crate) depth: usize,
+}
+
+/// A memcpy node's copy (`cuGraphMemcpyNodeGetParams`).
+///
+/// # Safety
+/// The read-back promise (above).
+pub(crate) unsafe fn memcpy_node_get_params(node: sys::CUgraphNode) -> Result<Memcpy3d> {
+    let mut p = std::mem::MaybeUninit::<sys::CUDA_MEMCPY3D>::zeroed();
+    // SAFETY: the caller's promise above; `p` is valid for writes.
+    unsafe { drv!(cuGraphMemcpyNodeGetParams(node, p.as_mut_ptr())) }?;
+    let p = p.as_ptr();
+    // SAFETY: every field is read through a raw pointer as the C type it is (the memory types as
+    // `u32`), so a value the bindings' enums do not list is not undefined behaviour; the
+    // structure was zeroed and then written by the driver.
+    unsafe {
+        use std::ptr::addr_of;
+        Ok(Memcpy3d {
+            src_type: addr_of!((*p).srcMemoryType).cast::<u32>().read(),
+            src_host: addr_of!((*p).srcHost).read() as usize,
+            src_device: addr_of!((*p).srcDevice).read(),
+            src_x: addr_of!((*p).srcXInBytes).read(),
+            dst_type: addr_of!((*p).dstMemoryType).cast::<u32>().read(),
+            dst_host: addr_of!((*p).dstHost).read() as usize,
+            dst_device: addr_of!((*p).dstDevice).read(),
+            dst_x: addr_of!((*p).dstXInBytes).read(),
+            width: addr_of!((*p).WidthInBytes).read(),
+            height: addr_of!((*p).Height).read(),
+            depth: addr_of!((*p).Depth).read(),
+        })
+    }
+}
+
+/// A host node's function and user data (`cuGraphHostNodeGetParams`).
+///
+/// # Safety
+/// The read-back promise (above).
+pub(crate) unsafe fn host_node_get_params(
+    node: sys::CUgraphNode,
+) -> Result<(Option<unsafe extern "C" fn(*mut std::ffi::c_void)>, usize)> {
+    // SAFETY: an optional function pointer and a pointer: zero is valid (`None`, null).
+    let mut p: sys::CUDA_HOST_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller's promise above; `p` is a valid out pointer.
+    unsafe { drv!(cuGraphHostNodeGetParams(node, &mut p)) }?;
+    Ok((p.fn_, p.userData as usize))
+}
+
+/// The graph a child-graph node runs (`cuGraphChildGraphNodeGetGraph`): owned by the node, not
+/// a copy; changing it changes the node.
+///
+/// # Safety
+/// The read-back promise (above).
+pub(crate) unsafe fn child_graph_node_get_graph(node: sys::CUgraphNode) -> Result<sys::CUgraph> {
+    let mut g = std::ptr::null_mut();
+    // SAFETY: the caller's promise above; `g` is a valid out pointer.
+    unsafe { drv!(cuGraphChildGraphNodeGetGraph(node, &mut g)) }?;
+    Ok(g)
+}
+
+/// The event an event-record (`wait == false`) or event-wait node uses
+/// (`cuGraphEventRecordNodeGetEvent`, `cuGraphEventWaitNodeGetEvent`).
+///
+/// # Safety
+/// The read-back promise (above).
+pub(crate) unsafe fn event_node_get_event(
+    node: sys::CUgraphNode,
+    wait: bool,
+) -> Result<sys::CUevent> {
+    let mut e = std::ptr::null_mut();
+    // SAFETY: the caller's promise above; `e` is a valid out pointer.
+    unsafe {
+        if wait {
+            drv!(cuGraphEventWaitNodeGetEvent(node, &mut e))
+        } else {
+            drv!(cuGraphEventRecordNodeGetEvent(node, &mut e))
+        }
+    }?;
+    Ok(e)
+}
+
+/// A memory allocation node's address, size in bytes and device
+/// (`cuGraphMemAllocNodeGetParams`).
+///
+/// # Safety
+/// The read-back promise (above).
+pub(crate) unsafe fn mem_alloc_node_get_params(
+    node: sys::CUgraphNode,
+) -> Result<(u64, usize, i32)> {
+    let mut p = std::mem::MaybeUninit::<sys::CUDA_MEM_ALLOC_NODE_PARAMS>::zeroed();
+    // SAFETY: the caller's promise above; `p` is valid for writes.
+    unsafe { drv!(cuGraphMemAllocNodeGetParams(node, p.as_mut_ptr())) }?;
+    let p = p.as_ptr();
+    // SAFETY: the fields are read through raw pointers as the C types they are: the pool's
+    // location is `{ int type; int id; }` in every CUDA version (later ones make `id` a union of
+    // 4 bytes), so the device ordinal is the second `i32`; no enum is read.
+    unsafe {
+        use std::ptr::addr_of;
+        let location = addr_of!((*p).poolProps.location).cast::<i32>();
+        Ok((
+            addr_of!((*p).dptr).read(),
+            addr_of!((*p).bytesize).read(),
+            location.add(1).read(),
+        ))
+    }
+}
+
+/// A memory free node's address (`cuGraphMemFreeNodeGetParams`).
+///
+/// # Safety
+/// The read-back promise (above).
+pub(crate) unsafe fn mem_free_node_get_params(node: sys::CUgraphNode) -> Result<u64> {
+    let mut d: sys::CUdeviceptr = 0;
+    // SAFETY: the caller's promise above; `d` is a valid out pointer.
+    unsafe { drv!(cuGraphMemFreeNodeGetParams(node, &mut d)) }?;
+    Ok(d)
 }
 
 /// A copy of `graph` (`cuGraphClone`), owned by the caller.

@@ -121,7 +121,15 @@ pub fn driver_version() -> Result<DriverVersion> {
 
 /// Fails with [`Error::Unsupported`] when the driver is older than `needs`.
 pub(crate) fn require(feature: &'static str, needs: DriverVersion) -> Result<()> {
-    let driver = loaded()?;
+    require_of(feature, needs, loaded()?)
+}
+
+/// [`require`] against a given driver version.
+pub(crate) fn require_of(
+    feature: &'static str,
+    needs: DriverVersion,
+    driver: DriverVersion,
+) -> Result<()> {
     if driver < needs {
         return Err(Error::Unsupported {
             feature,
@@ -228,6 +236,25 @@ mod tests {
         assert_eq!(DriverVersion(12080).to_string(), "12.8");
         assert_eq!(DriverVersion(13000).to_string(), "13.0");
         assert!(DriverVersion(12030) < DriverVersion::V12_8);
+    }
+
+    #[test]
+    fn features_need_their_driver_version() {
+        let e = require_of(
+            "updating a child-graph node (cuGraphNodeSetParams)",
+            DriverVersion::V12_2,
+            DriverVersion(12010),
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Unsupported { needs, .. } if needs == DriverVersion::V12_2));
+        let text = e.to_string();
+        assert!(
+            text.contains("cuGraphNodeSetParams") && text.contains("12.2"),
+            "{text}"
+        );
+        assert!(text.contains("12.1"), "names the installed driver: {text}");
+        assert!(require_of("x", DriverVersion::V12_2, DriverVersion::V12_2).is_ok());
+        assert!(require_of("x", DriverVersion::V12_2, DriverVersion::V13_0).is_ok());
     }
 
     #[test]

@@ -69,6 +69,47 @@ pub(crate) unsafe fn get_function(
     Ok(raw)
 }
 
+/// The module a kernel belongs to (`cuFuncGetModule`).
+///
+/// # Safety
+/// `func` is a kernel of a module that is loaded now.
+pub(crate) unsafe fn func_module(func: sys::CUfunction) -> Result<sys::CUmodule> {
+    let mut m = std::ptr::null_mut();
+    // SAFETY: the caller's promise above; `m` is a valid out pointer.
+    unsafe { drv!(cuFuncGetModule(&mut m, func)) }?;
+    Ok(m)
+}
+
+/// A kernel's name (`cuFuncGetName`, driver 12.3).
+///
+/// # Safety
+/// `func` is a kernel of a module that is loaded now.
+pub(crate) unsafe fn func_name(func: sys::CUfunction) -> Result<String> {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: the caller's promise above; `name` is a valid out pointer.
+    unsafe { drv!(cuFuncGetName(&mut name, func)) }?;
+    if name.is_null() {
+        return Ok(String::new());
+    }
+    // SAFETY: the driver returns a NUL-terminated string that lives as long as the module.
+    Ok(unsafe { std::ffi::CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// The offset and size in bytes of a kernel's parameter `index` in its parameter buffer
+/// (`cuFuncGetParamInfo`, driver 12.4); `None` past the last parameter.
+///
+/// # Safety
+/// `func` is a kernel of a module that is loaded now.
+pub(crate) unsafe fn func_param_info(
+    func: sys::CUfunction,
+    index: usize,
+) -> Result<Option<(usize, usize)>> {
+    // SAFETY: the caller's promise above.
+    unsafe { super::compat::func_param_info(func, index) }
+}
+
 impl Drop for ModuleHandle {
     fn drop(&mut self) {
         if self.owner.is_some() {

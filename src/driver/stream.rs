@@ -258,6 +258,15 @@ pub(crate) fn synchronize(stream: &StreamHandle) -> Result<()> {
     unsafe { drv!(cuStreamSynchronize(stream.raw)) }
 }
 
+/// Blocks until all work on the raw `stream` is done (`cuStreamSynchronize`).
+///
+/// # Safety
+/// `stream` is live.
+pub(crate) unsafe fn synchronize_raw(stream: sys::CUstream) -> Result<()> {
+    // SAFETY: the caller's promise above.
+    unsafe { drv!(cuStreamSynchronize(stream)) }
+}
+
 /// Records `event` on `stream` after the work queued so far (`cuEventRecord`).
 ///
 /// # Safety

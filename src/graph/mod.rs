@@ -10,7 +10,7 @@ use crate::core::source::FinishedGraph;
 use crate::driver::graph::{ExecHandle, GraphHandle, IdMap, KeepChunk, Owners};
 use crate::driver::{self, compat, DriverVersion};
 use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
-use crate::runtime::Stream;
+use crate::runtime::{KernelArg, KernelArgs, Stream};
 
 mod cache;
 mod debug;
@@ -102,9 +102,25 @@ struct ExecState {
     /// per node `(graph id, raw node)`: the current ones. Replaced ones are released after the
     /// last launch that may use them.
     node_owners: IdMap<(u64, usize), Owners>,
+    /// Whether the exec was instantiated for device launch.
+    device_launch: bool,
+    /// Set once [`Graph::device_handle`] handed out a handle: device code may launch the exec
+    /// whenever a graph holding the handle runs, so what the exec holds is released only after
+    /// the last such holder is gone, and updates are refused.
+    device_keep: Option<Arc<DeviceLaunchKeep>>,
 }
 
 impl ExecState {
+    /// Refuses an update of an exec that device code may be launching.
+    fn check_not_device_launched(&self) -> Result<()> {
+        if self.device_keep.is_some() {
+            return Err(Error::InvalidArgument(
+                "this exec handed out a device handle (Graph::device_handle): device code may be launching it, so it cannot be updated; instantiate a new exec instead".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Releases `held` on the release thread once the latest launch has finished (a host
     /// function queued behind it), or at once if there was no launch.
     fn release_after_last_launch(&mut self, held: Box<dyn std::any::Any + Send>) {
@@ -342,6 +358,7 @@ impl Graph {
                 keep,
                 unfreed,
                 epoch,
+                device_launch: options.device_launch,
                 ..ExecState::default()
             }),
         })
@@ -379,6 +396,60 @@ impl Graph {
         })
     }
 
+    /// A handle that device code can launch this exec with (`cudaGraphLaunch` in a kernel, device
+    /// graph launch): pass it to the kernel as its `cudaGraphExec_t` argument. The exec must be
+    /// instantiated with [`GraphCompleteOptions::device_launch`]; the first call uploads it
+    /// (`cuGraphUpload`, waited for), as device launch requires.
+    ///
+    /// CUDA's rules for what device code may do stay the caller's, since launching the kernel is
+    /// `unsafe`: the launching kernel must itself run in a graph, and the exec must hold only
+    /// kernel, memcpy and memset nodes on one device (instantiation refuses other nodes).
+    ///
+    /// Once a handle exists the exec is launched by device code whenever a graph holding it runs,
+    /// which the host cannot see: [`update`](Self::update),
+    /// [`set_params`](Self::set_params) and [`set_enabled`](Self::set_enabled) are refused from
+    /// then on, and the exec (with what it uses) lives until this `Graph` and every graph holding
+    /// the handle are dropped and their launches have finished.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(inner: &GraphDefinition, outer: &GraphDefinition, launcher: &Function) -> cuda_graph::Result<()> {
+    /// let options = GraphCompleteOptions { device_launch: true, ..Default::default() };
+    /// let child = inner.instantiate(&options)?;
+    /// let args = KernelArgs::new().arg(child.device_handle()?);
+    /// // SAFETY: `launcher(cudaGraphExec_t g)` calls cudaGraphLaunch(g, cudaStreamGraphFireAndForget).
+    /// unsafe { outer.add_kernel(&[], launcher, LaunchConfig::single(), &args)? };
+    /// # Ok(()) }
+    /// ```
+    pub fn device_handle(&self) -> Result<DeviceGraph> {
+        let mut state = lock(&self.state);
+        if !state.device_launch {
+            return Err(Error::InvalidArgument(
+                "this exec was not instantiated for device launch: instantiate it with GraphCompleteOptions { device_launch: true, .. }".into(),
+            ));
+        }
+        let keep = match &state.device_keep {
+            Some(keep) => keep.clone(),
+            None => {
+                let ctx = &self.exec.ctx;
+                ctx.bind()?;
+                let setup = ctx.setup_stream()?;
+                // SAFETY: the exec and the context's setup stream are live; the exec's lock is
+                // held; the setup stream is never captured.
+                unsafe { driver::graph::upload(self.exec.raw, setup) }?;
+                // SAFETY: as above.
+                unsafe { driver::stream::synchronize_raw(setup) }?;
+                let keep = Arc::new(DeviceLaunchKeep::default());
+                state.device_keep = Some(keep.clone());
+                keep
+            }
+        };
+        Ok(DeviceGraph {
+            raw: self.exec.raw as u64,
+            keep,
+        })
+    }
+
     /// Updates the exec's node parameters from `source` — an ended primary builder or a
     /// `GraphDefinition` with the same topology
     /// (`cuGraphExecUpdate_v2`).
@@ -389,6 +460,7 @@ impl Graph {
     pub fn update(&mut self, source: &impl FinishedGraph) -> Result<()> {
         let graph = source.finished_graph()?;
         let mut state = lock(&self.state);
+        state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
         let mut info = UpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS as u32,
@@ -518,7 +590,84 @@ impl Drop for Graph {
                 });
             }
         };
-        state.release_after_last_launch(Box::new(OnDrop(Some(release))));
+        let release: Box<dyn std::any::Any + Send> = Box::new(OnDrop(Some(release)));
+        match state.device_keep.take() {
+            // Device code may still launch the exec: it goes after the last host launch and
+            // once no graph holds a device handle of it.
+            Some(keep) => {
+                *lock(&keep.held) = Some(release);
+                state.release_after_last_launch(Box::new(keep));
+            }
+            None => state.release_after_last_launch(release),
+        }
+    }
+}
+
+/// What an exec that handed out device handles releases: held by the exec's own release (after
+/// its last host launch) and by every [`DeviceGraph`]; released on the release thread when the
+/// last of them goes.
+#[derive(Default)]
+struct DeviceLaunchKeep {
+    held: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+}
+
+impl Drop for DeviceLaunchKeep {
+    fn drop(&mut self) {
+        let held = self
+            .held
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(held) = held {
+            crate::driver::release::later(Box::new(move || drop(held)));
+        }
+    }
+}
+
+/// An exec as device code launches it: the `cudaGraphExec_t` argument of a kernel that calls
+/// `cudaGraphLaunch` (device graph launch). Made by [`Graph::device_handle`]; pass it as a kernel
+/// argument (by value or by reference).
+///
+/// A graph whose kernel takes it keeps the exec alive for as long as that graph and its execs
+/// live, even after the [`Graph`] is dropped. `Clone`, `Send + Sync`.
+#[derive(Clone)]
+pub struct DeviceGraph {
+    raw: u64,
+    keep: Arc<DeviceLaunchKeep>,
+}
+
+impl std::fmt::Debug for DeviceGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceGraph")
+            .field("exec", &(self.raw as *const ()))
+            .finish()
+    }
+}
+
+impl DeviceGraph {
+    /// The raw `CUgraphExec`, as the 64-bit value the kernel receives.
+    ///
+    /// ```no_run
+    /// # fn f(g: &cuda_graph::Graph) -> cuda_graph::Result<()> {
+    /// let handle = g.device_handle()?;
+    /// assert_ne!(handle.raw(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn raw(&self) -> u64 {
+        self.raw
+    }
+}
+
+impl KernelArg for DeviceGraph {
+    fn push_to(&self, args: &mut KernelArgs) {
+        args.push_value(self.raw);
+        args.keep_alive(self.keep.clone());
+    }
+}
+
+impl KernelArg for &DeviceGraph {
+    fn push_to(&self, args: &mut KernelArgs) {
+        (*self).push_to(args);
     }
 }
 
@@ -550,6 +699,7 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 }
 
 static_assertions::assert_impl_all!(Graph: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(DeviceGraph: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(GraphCompleteOptions: Send, Sync, Default, Clone);
 
 pub(crate) fn path_cstring(path: &Path) -> Result<CString> {

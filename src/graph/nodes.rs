@@ -19,6 +19,11 @@ fn exec_node(
     node: &GraphNode,
 ) -> Result<sys::CUgraphNode> {
     tree.check_complete()?;
+    if tree.embedded.values().any(|v| *v == node.graph) {
+        return Err(Error::InvalidArgument(
+            "a node inside a child-graph node's graph cannot be updated in an exec on its own: update the child-graph node (NodeParams::child_graph)".into(),
+        ));
+    }
     let in_tree = node.graph == source.id
         || tree.dead.contains(&node.graph)
         || tree.bodies.values().any(|b| b.contains(&node.graph))
@@ -66,6 +71,7 @@ impl Graph {
     ) -> Result<()> {
         params.check_device(self.exec.ctx.device)?;
         let mut state = lock(&self.state);
+        state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;
         let NodeParams {
@@ -106,6 +112,7 @@ impl Graph {
     /// ```
     pub fn set_enabled(&mut self, node: &GraphNode, enabled: bool) -> Result<()> {
         let state = lock(&self.state);
+        state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;
         let tree = source.lock();

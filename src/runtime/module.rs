@@ -91,6 +91,19 @@ impl Module {
 }
 
 impl Function {
+    /// A kernel of `module` read back from a node.
+    pub(crate) fn from_parts(
+        module: Arc<ModuleHandle>,
+        raw: cudarc::driver::sys::CUfunction,
+        name: String,
+    ) -> Function {
+        Function {
+            module,
+            raw,
+            name: name.into(),
+        }
+    }
+
     /// Wraps a kernel this crate did not load — a raw `CUfunction`, or cudarc's `CudaFunction`
     /// — so it can be launched on streams, into captures and into definitions. `owner` (for
     /// example what keeps its module loaded) is held by this `Function`, its clones and every

@@ -12,6 +12,7 @@ mod cudarc_adapters;
 mod definition;
 mod fork;
 mod foundation;
+mod inspect;
 mod interop;
 mod memory;
 mod nodes;
@@ -54,6 +55,7 @@ fn main() {
         .chain(conditional::TESTS)
         .chain(definition::TESTS)
         .chain(nodes::TESTS)
+        .chain(inspect::TESTS)
         .chain(interop::TESTS)
         .chain(adapters)
         .chain(safety::TESTS)

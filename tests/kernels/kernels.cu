@@ -14,6 +14,7 @@
 //   unsigned int                             -> u32
 //   float                                    -> f32
 //   cudaGraphConditionalHandle               -> u64 (CUgraphConditionalHandle)
+//   cudaGraphExec_t                          -> u64 (CUgraphExec, DeviceGraph)
 //
 // "thread 0 only" kernels may be launched with any grid/block shape; only
 // thread (0,0,0) of block (0,0,0) does anything. Grid-stride kernels work for
@@ -200,4 +201,51 @@ extern "C" __global__ void spin(unsigned long long ns) {
 //   dst[i] = src[i] for 0 <= i < n.  Grid-stride loop.
 extern "C" __global__ void copy_i32(const int* src, int* dst, int n) {
     GRID_STRIDE_LOOP(i, n) { dst[i] = src[i]; }
+}
+
+// ---------------------------------------------------------------------------
+// launch_graph(cudaGraphExec_t g, int* status)
+//   Thread 0 only: status[0] = cudaGraphLaunch(g, cudaStreamGraphFireAndForget)
+//   (device graph launch; 0 is cudaSuccess). `g` is an exec instantiated for
+//   device launch and uploaded; this kernel must itself run in a graph.
+//   Like cudaGraphSetConditional, the device-side cudaGraphLaunch is an extern
+//   the driver resolves when it loads the module: no rdc, no libcudadevrt.
+extern "C" __global__ void launch_graph(cudaGraphExec_t g, int* status) {
+    FIRST_THREAD_ONLY();
+    status[0] = (int)cudaGraphLaunch(g, cudaStreamGraphFireAndForget);
+}
+
+// ---------------------------------------------------------------------------
+// Bisection for the root of x^3 - 2 on [lo, hi], as a WHILE loop whose body
+// decides with an IF/ELSE (the conditional-handle test of nested bodies).
+// state = { lo, hi, mid }.
+//
+// bisect_eval(cudaGraphConditionalHandle branch, float* state)
+//   Thread 0 only: mid = (lo + hi) / 2; set(branch, mid^3 - 2 > 0).
+extern "C" __global__ void bisect_eval(cudaGraphConditionalHandle branch,
+                                       float* state) {
+    FIRST_THREAD_ONLY();
+    float mid = 0.5f * (state[0] + state[1]);
+    state[2] = mid;
+    cudaGraphSetConditional(branch, (mid * mid * mid - 2.0f > 0.0f) ? 1u : 0u);
+}
+
+// bisect_take(float* state, int which)
+//   Thread 0 only: state[which] = state[2] (which 1: hi = mid; 0: lo = mid).
+extern "C" __global__ void bisect_take(float* state, int which) {
+    FIRST_THREAD_ONLY();
+    state[which] = state[2];
+}
+
+// bisect_continue(cudaGraphConditionalHandle loop, const float* state,
+//                 int* iterations, float tol, int max_iter)
+//   Thread 0 only: iterations[0] += 1;
+//   set(loop, hi - lo > tol && iterations[0] < max_iter).
+extern "C" __global__ void bisect_continue(cudaGraphConditionalHandle loop,
+                                           const float* state, int* iterations,
+                                           float tol, int max_iter) {
+    FIRST_THREAD_ONLY();
+    iterations[0] += 1;
+    cudaGraphSetConditional(
+        loop, (state[1] - state[0] > tol && iterations[0] < max_iter) ? 1u : 0u);
 }

@@ -1,0 +1,451 @@
+//! Reading nodes back (every kind, captured and copied graphs, a child-graph node's graph),
+//! conditional handles of a graph used in its bodies and children (a bisection root-finder),
+//! and device graph launch.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use cuda_graph::prelude::*;
+use cuda_graph::{ConditionalKind, MemoryKind, NodeInfo};
+
+use crate::args;
+use crate::support::{eventually, launch, one, run, stays, Gpu, Needs, TestResult};
+
+const GPU: Needs = Needs::Gpu;
+const V12_3: Needs = Needs::Conditional(DriverVersion::V12_3);
+const V12_8: Needs = Needs::Conditional(DriverVersion::V12_8);
+
+pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    (
+        "inspect::every_node_kind_reads_back_what_was_set",
+        V12_3,
+        every_node_kind_reads_back_what_was_set,
+    ),
+    (
+        "inspect::captured_and_copied_nodes_read_back",
+        GPU,
+        captured_and_copied_nodes_read_back,
+    ),
+    (
+        "inspect::updated_parameters_read_back",
+        GPU,
+        updated_parameters_read_back,
+    ),
+    (
+        "inspect::child_graph_view_extends_the_node_and_dies_with_it",
+        GPU,
+        child_graph_view_extends_the_node_and_dies_with_it,
+    ),
+    (
+        "inspect::bisection_while_body_decides_with_the_top_level_handle",
+        V12_8,
+        bisection_while_body_decides_with_the_top_level_handle,
+    ),
+    (
+        "inspect::captured_body_tests_the_parent_handle",
+        V12_3,
+        captured_body_tests_the_parent_handle,
+    ),
+    (
+        "inspect::conditional_in_a_child_graph_tests_the_outer_handle",
+        V12_3,
+        conditional_in_a_child_graph_tests_the_outer_handle,
+    ),
+    (
+        "inspect::device_launch_runs_a_graph_from_a_kernel",
+        GPU,
+        device_launch_runs_a_graph_from_a_kernel,
+    ),
+];
+
+/// A kernel node; each call site names the kernel's parameters it matches.
+fn k(
+    def: &GraphDefinition,
+    deps: &[&GraphNode],
+    f: &Function,
+    args: KernelArgs,
+) -> cuda_graph::Result<KernelNode> {
+    // SAFETY: every caller passes arguments matching the kernel's parameters and in-bounds
+    // buffers (see the comment at each call).
+    unsafe { def.add_kernel(deps, f, one(), &args) }
+}
+
+fn every_node_kind_reads_back_what_was_set(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(8)?;
+    let src = gpu.device.htod(&[1i32, 2, 3, 4, 5, 6, 7, 8])?;
+    let event = gpu.device.create_event()?;
+    let child = GraphDefinition::new(&gpu.device)?;
+    child.add_empty(&[])?;
+    child.add_empty(&[])?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one_at(int* p, int i)
+    let cfg = LaunchConfig {
+        grid: (2, 1, 1),
+        block: (32, 1, 1),
+        shared_mem_bytes: 64,
+    };
+    // SAFETY: add_one_at(int*, int) with i = 3 < 8; only thread 0 acts.
+    let kernel = unsafe { def.add_kernel(&[], &gpu.f("add_one_at"), cfg, &args![&buf, 3i32])? };
+    let memset = def.add_memset(&[&kernel], &buf, 7i32)?;
+    let memcpy = def.add_memcpy(&[&memset], &buf, &src)?;
+    let calls = Arc::new(AtomicU32::new(0));
+    let seen = calls.clone();
+    let (host, observer) = def.add_host_callback(&[&memcpy], move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+    })?;
+    let embedded = def.add_child_graph(&[&host], &child)?;
+    let empty = def.add_empty(&[&embedded])?;
+    let record = def.add_event_record(&[&empty], &event)?;
+    let wait = def.add_event_wait(&[&record], &event)?;
+    let (alloc_node, scratch) = def.add_mem_alloc(&[&wait], 4096)?;
+    let (scratch_ptr, scratch_len) = (scratch.device_ptr(), scratch.byte_len());
+    let free = def.add_mem_free(&[&alloc_node], scratch)?;
+    let h = def.create_conditional_handle(Some(0))?;
+    let (cond, body) = def.add_if(&[&free], &h)?;
+    body.add_empty(&[])?;
+
+    // Typed read-back, kind by kind.
+    let ki = def.node_info(&kernel)?;
+    assert_eq!(ki.config, cfg);
+    assert_eq!(ki.name.as_deref(), Some("add_one_at"));
+    assert!(
+        ki.function.is_some(),
+        "the kernel's module is held by the node"
+    );
+    assert_eq!(ki.args.len(), 2);
+    assert_eq!(ki.arg::<u64>(0), Some(buf.device_ptr()));
+    assert_eq!(ki.arg::<i32>(1), Some(3));
+    let mi = def.node_info(&memset)?;
+    assert_eq!(
+        (mi.dst, mi.value, mi.element_size, mi.width, mi.height),
+        (buf.device_ptr(), 7, 4, 8, 1)
+    );
+    let ci = def.node_info(&memcpy)?;
+    assert_eq!(
+        (ci.src_kind, ci.dst_kind),
+        (MemoryKind::Device, MemoryKind::Device)
+    );
+    assert_eq!(
+        (ci.src, ci.dst, ci.bytes()),
+        (src.device_ptr(), buf.device_ptr(), 32)
+    );
+    let hi = def.node_info(&host)?;
+    let cb = hi.callback.expect("the crate's callback is found");
+    let ei = def.node_info(&record)?;
+    assert_eq!(ei.raw, event.as_raw());
+    assert_eq!(ei.event.as_ref().map(Event::as_raw), Some(event.as_raw()));
+    let wi = def.node_info(&wait)?;
+    assert_eq!(wi.event.map(|e| e.as_raw()), Some(event.as_raw()));
+    let ai = def.node_info(&alloc_node)?;
+    assert_eq!((ai.device_ptr, ai.bytes), (scratch_ptr, scratch_len));
+    assert_eq!(ai.device, 0);
+    assert_eq!(def.node_info(&free)?.device_ptr, scratch_ptr);
+    def.node_info(&empty)?;
+    let gi = def.node_info(&embedded)?;
+    assert_eq!(gi.graph.nodes()?.len(), 2, "the child's two empty nodes");
+    assert!(!gi.graph.is_conditional_body());
+    let qi = def.node_info(&cond)?;
+    assert_eq!(qi.handle, h);
+    assert_eq!(qi.kind, ConditionalKind::If);
+    assert_eq!(qi.bodies.len(), 1);
+    assert_eq!(qi.bodies[0].nodes()?.len(), 1);
+    assert!(qi.bodies[0].is_conditional_body());
+
+    // Every listed node reads back as its own kind.
+    let listed = def.nodes()?;
+    assert_eq!(listed.len(), 11);
+    for n in &listed {
+        let info = def.inspect(n)?;
+        assert_eq!(info.node(), *n);
+        assert!(!matches!(info, NodeInfo::Other(..)), "{info:?}");
+    }
+
+    // The callback read back is the node's: it counts the node's calls.
+    run(gpu, &def)?;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(cb.calls(), Some(1));
+    assert_eq!(observer.calls(), Some(1));
+    assert_eq!(buf.to_vec()?, [1, 2, 3, 4, 5, 6, 7, 8]);
+    Ok(())
+}
+
+fn captured_and_copied_nodes_read_back(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(4)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: fill(int* p, int n, int v) over 4 ints of `buf`.
+    unsafe { b.launch(&gpu.f("fill"), one(), &args![&buf, 4i32, 9i32])? };
+    let ended = b.end_building()?;
+    let view = ended.graph_definition()?;
+    let nodes = view.nodes()?;
+    assert_eq!(nodes.len(), 1);
+    let NodeInfo::Kernel(kn, info) = view.inspect(&nodes[0])? else {
+        panic!("a captured launch is a kernel node");
+    };
+    assert_eq!(kn, nodes[0]);
+    assert_eq!(info.name.as_deref(), Some("fill"));
+    assert!(
+        info.function.is_some(),
+        "found among the capture's operands"
+    );
+    assert_eq!(info.arg::<u64>(0), Some(buf.device_ptr()));
+    assert_eq!((info.arg::<i32>(1), info.arg::<i32>(2)), (Some(4), Some(9)));
+
+    // A copy's nodes: their operands are held per graph, and still found.
+    let def = GraphDefinition::new(&gpu.device)?;
+    let event = gpu.device.create_event()?;
+    def.add_event_record(&[], &event)?;
+    let h = def.create_conditional_handle(Some(0))?;
+    def.add_if(&[], &h)?;
+    let copy = def.try_clone()?;
+    drop(def);
+    let mut saw_event = false;
+    for n in copy.nodes()? {
+        match copy.inspect(&n) {
+            Ok(NodeInfo::EventRecord(_, e)) => {
+                assert_eq!(e.event.map(|e| e.as_raw()), Some(event.as_raw()));
+                saw_event = true;
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            // A copy's conditional node: not made by this crate; driver 13.0 cannot read it.
+            Err(Error::Unsupported { needs, .. }) => assert_eq!(needs, DriverVersion(13020)),
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("not made by this crate"), "{m}"),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    assert!(saw_event);
+    Ok(())
+}
+
+fn updated_parameters_read_back(gpu: &Gpu) -> TestResult {
+    let a = gpu.device.alloc_zeroed::<i32>(4)?;
+    let b = gpu.device.alloc_zeroed::<i32>(4)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // fill(int* p, int n, int v)
+    let f = k(&def, &[], &gpu.f("fill"), args![&a, 4i32, 1i32])?;
+    // SAFETY: fill(int*, int, int) over 2 ints of `b`.
+    let params = unsafe { NodeParams::kernel(&gpu.f("fill"), one(), args![&b, 2i32, 5i32]) };
+    def.set_params(&f, params)?;
+    let info = def.node_info(&f)?;
+    assert_eq!(info.arg::<u64>(0), Some(b.device_ptr()));
+    assert_eq!((info.arg::<i32>(1), info.arg::<i32>(2)), (Some(2), Some(5)));
+    // A kernel node without arguments.
+    let e = k(&def, &[], &gpu.f("empty_kernel"), args![])?;
+    let info = def.node_info(&e)?;
+    assert!(info.args.is_empty());
+    assert_eq!(info.name.as_deref(), Some("empty_kernel"));
+    // A node of another graph, and a destroyed node, are refused.
+    let other = GraphDefinition::new(&gpu.device)?;
+    assert!(matches!(other.inspect(&f), Err(Error::ForeignNode)));
+    def.destroy_node(e)?;
+    assert!(matches!(def.inspect(&e), Err(Error::DestroyedNode)));
+    Ok(())
+}
+
+fn child_graph_view_extends_the_node_and_dies_with_it(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let child = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    k(&child, &[], &gpu.f("add_one"), args![&buf])?;
+    let parent = GraphDefinition::new(&gpu.device)?;
+    let node = parent.add_child_graph(&[], &child)?;
+    let view = parent.node_info(&node)?.graph;
+    let listed = view.nodes()?;
+    assert_eq!(listed.len(), 1);
+    // A second look is the same graph: its tokens work in the first view.
+    let again = parent.node_info(&node)?.graph;
+    assert_eq!(again.nodes()?, listed);
+    assert_eq!(view.node_type(&again.nodes()?[0])?, NodeType::Kernel);
+    // Extending the node's graph changes what the node runs (the original child is unchanged).
+    let second = k(
+        &view,
+        &listed.iter().collect::<Vec<_>>(),
+        &gpu.f("add_one"),
+        args![&buf],
+    )?;
+    assert_eq!(child.nodes()?.len(), 1);
+    run(gpu, &parent)?;
+    assert_eq!(buf.to_vec()?, [2]);
+    assert!(matches!(view.inspect(&second)?, NodeInfo::Kernel(..)));
+    // It is part of the parent: not instantiated, cloned or embedded on its own.
+    assert!(matches!(
+        view.instantiate(&GraphCompleteOptions::default()),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(view.try_clone(), Err(Error::InvalidArgument(_))));
+    // An exec update of a node inside it is refused (the child-graph node is the unit).
+    let mut g = parent.instantiate(&GraphCompleteOptions::default())?;
+    // SAFETY: add_one(int*).
+    let params = unsafe { NodeParams::kernel(&gpu.f("add_one"), one(), args![&buf]) };
+    assert!(g.set_params(&second, params).is_err());
+    launch(gpu, &g)?;
+    assert_eq!(buf.to_vec()?, [4]);
+    // Destroying the node frees its graph: the views are refused from then on, and the buffer
+    // the view's kernel used is released once the exec is gone too.
+    let watch = buf.release_observer();
+    drop(buf);
+    drop(child);
+    parent.destroy_node(node)?;
+    assert!(view.nodes().is_err());
+    assert!(again.add_empty(&[]).is_err());
+    assert!(stays(|| !watch.is_released()), "the exec still uses it");
+    drop(g);
+    assert!(eventually(|| watch.is_released()));
+    Ok(())
+}
+
+/// Bisection for the cube root of 2 on [0, 2]: a WHILE node (handle `loop_h`) whose body
+/// evaluates the midpoint and decides with an IF/ELSE node (handle `branch`) — both handles
+/// created on the top-level graph, the IF/ELSE sitting in the WHILE's body.
+fn bisection_while_body_decides_with_the_top_level_handle(gpu: &Gpu) -> TestResult {
+    let state = gpu.device.htod(&[0.0f32, 2.0, 0.0])?;
+    let iterations = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let loop_h = def.create_conditional_handle(Some(1))?;
+    let branch = def.create_conditional_handle(None)?;
+    let (_w, body) = def.add_while(&[], &loop_h)?;
+    // bisect_eval(handle branch, float* state)
+    let eval = k(&body, &[], &gpu.f("bisect_eval"), args![branch, &state])?;
+    let (_d, then_b, else_b) = body.add_if_else(&[&eval], &branch)?;
+    // bisect_take(float* state, int which): mid^3 > 2 -> hi = mid, else lo = mid
+    k(&then_b, &[], &gpu.f("bisect_take"), args![&state, 1i32])?;
+    k(&else_b, &[], &gpu.f("bisect_take"), args![&state, 0i32])?;
+    let decide = body
+        .nodes()?
+        .into_iter()
+        .find(|n| body.node_type(n).ok() == Some(NodeType::Conditional));
+    let decide = decide.expect("the IF/ELSE node");
+    // bisect_continue(handle loop, const float* state, int* iterations, float tol, int max)
+    k(
+        &body,
+        &[&decide],
+        &gpu.f("bisect_continue"),
+        args![loop_h, &state, &iterations, 1e-5f32, 100i32],
+    )?;
+    run(gpu, &def)?;
+    let s = state.to_vec()?;
+    let root = 0.5 * (s[0] + s[1]);
+    let iters = iterations.to_vec()?[0];
+    println!(
+        "    root {root} after {iters} iterations (cbrt 2 = {})",
+        2f32.cbrt()
+    );
+    assert!((root - 2f32.cbrt()).abs() < 1e-4, "{s:?}");
+    assert!(s[1] - s[0] <= 1e-5, "{s:?}");
+    assert!((15..100).contains(&iters), "{iters}");
+    // The handle of an unrelated graph stays refused in a body.
+    let other = GraphDefinition::new(&gpu.device)?;
+    let foreign = other.create_conditional_handle(Some(1))?;
+    assert!(matches!(
+        body.add_if(&[], &foreign),
+        Err(Error::ForeignConditionalHandle)
+    ));
+    // ... and a body's handle is refused in its parent.
+    let inner = body.create_conditional_handle(Some(1))?;
+    assert!(matches!(
+        def.add_if(&[], &inner),
+        Err(Error::ForeignConditionalHandle)
+    ));
+    Ok(())
+}
+
+fn captured_body_tests_the_parent_handle(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let add_one = gpu.f("add_one");
+    let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let h = p.create_conditional_handle(Some(1))?;
+    {
+        let outer = p.if_then(&h)?.begin_building(Global)?;
+        {
+            // The body's IF tests the top-level handle.
+            let inner = outer.if_then(&h)?.begin_building(Global)?;
+            // SAFETY: add_one(int*).
+            unsafe { inner.launch(&add_one, one(), &args![&buf])? };
+            inner.end_building()?;
+        }
+        outer.end_building()?;
+    }
+    let g = p
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
+    launch(gpu, &g)?;
+    launch(gpu, &g)?;
+    assert_eq!(buf.to_vec()?, [2]);
+    Ok(())
+}
+
+fn conditional_in_a_child_graph_tests_the_outer_handle(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let parent = GraphDefinition::new(&gpu.device)?;
+    let h = parent.create_conditional_handle(Some(1))?;
+    let empty = GraphDefinition::new(&gpu.device)?;
+    let node = parent.add_child_graph(&[], &empty)?;
+    let view = parent.node_info(&node)?.graph;
+    // The child's IF tests the outer graph's handle (the handle must be used in the graph
+    // instantiated, which it is: the child is part of it).
+    let (_n, body) = view.add_if(&[], &h)?;
+    // add_one(int*)
+    k(&body, &[], &gpu.f("add_one"), args![&buf])?;
+    run(gpu, &parent)?;
+    assert_eq!(buf.to_vec()?, [1]);
+    Ok(())
+}
+
+fn device_launch_runs_a_graph_from_a_kernel(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let status = gpu.device.htod(&[-1i32])?;
+    let inner_def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    k(&inner_def, &[], &gpu.f("add_one"), args![&buf])?;
+    let watch = inner_def.release_observer();
+    // Not instantiated for device launch: no handle.
+    let plain = inner_def.instantiate(&GraphCompleteOptions::default())?;
+    assert!(matches!(
+        plain.device_handle(),
+        Err(Error::InvalidArgument(_))
+    ));
+    drop(plain);
+    let options = GraphCompleteOptions {
+        device_launch: true,
+        ..Default::default()
+    };
+    let mut inner = inner_def.instantiate(&options)?;
+    let handle = inner.device_handle()?;
+    assert_eq!(handle.raw(), inner.device_handle()?.raw());
+    // Once a handle exists, updates are refused (device code may be launching it).
+    assert!(matches!(
+        inner.update(&inner_def),
+        Err(Error::InvalidArgument(_))
+    ));
+    let outer_def = GraphDefinition::new(&gpu.device)?;
+    // launch_graph(cudaGraphExec_t g, int* status); runs in a graph, as device launch requires.
+    k(
+        &outer_def,
+        &[],
+        &gpu.f("launch_graph"),
+        args![&handle, &status],
+    )?;
+    let outer = outer_def.instantiate(&GraphCompleteOptions::default())?;
+    drop((handle, inner_def));
+    launch(gpu, &outer)?;
+    assert_eq!(
+        status.to_vec()?,
+        [0],
+        "cudaGraphLaunch on the device returned cudaSuccess"
+    );
+    assert_eq!(buf.to_vec()?, [1]);
+    // The host may launch it too.
+    launch(gpu, &inner)?;
+    assert_eq!(buf.to_vec()?, [2]);
+    // The outer graph keeps the inner exec (and its source) alive without the `Graph`.
+    drop(inner);
+    assert!(stays(|| !watch.is_released()));
+    let s = gpu.stream();
+    for _ in 0..3 {
+        outer.launch(&s)?;
+    }
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [5]);
+    drop((outer, outer_def));
+    assert!(eventually(|| watch.is_released()));
+    Ok(())
+}
