@@ -9,7 +9,8 @@ use super::state::State;
 use super::state::{IsCapturing, NotStarted};
 use super::GraphBuilder;
 use crate::core::conditional::{
-    body_graphs, create_handle, node_params, register_bodies, CondKind, ConditionalHandle,
+    body_graphs, check_unused, create_handle, node_params, register_bodies, CondKind,
+    ConditionalHandle,
 };
 use crate::driver::graph::GraphHandle;
 use crate::error::{Error, Result};
@@ -58,6 +59,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         // current the way every other driver call makes it.
         self.core.stream.handle.ctx.bind()?;
         let bodies = self.core.stream.enqueue(|rec| {
+            if let Some(tree) = rec.tree.as_deref() {
+                check_unused(tree, handle)?;
+            }
             let node = self.core.add_node(rec, &mut params)?;
             let raws = body_graphs(&params, size)?;
             let tree = rec.tree.as_deref_mut().ok_or_else(|| {

@@ -166,6 +166,21 @@ impl CondKind {
 /// a larger count is almost certainly a mistake, refused before any driver work.
 pub const MAX_SWITCH_BODIES: u32 = 1 << 16;
 
+/// Refuses a handle that already drives a conditional node of the tree: the driver lets one
+/// handle drive one conditional node (it answers a second with `CUDA_ERROR_INVALID_VALUE`).
+pub(crate) fn check_unused(tree: &TreeState, handle: &ConditionalHandle) -> Result<()> {
+    if tree
+        .conditionals
+        .values()
+        .any(|r| r.handle == (handle.raw, handle.graph_id))
+    {
+        return Err(Error::InvalidArgument(
+            "this conditional handle already drives a conditional node: each conditional node needs a handle of its own (create another with create_conditional_handle)".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The parameters of a conditional node of `kind` in `graph`; checks that the handle belongs to
 /// `graph` and that there is at least one body.
 pub(crate) fn node_params(

@@ -3,7 +3,7 @@
 use super::node::{self, GraphNode};
 use super::typed::{ConditionalNode, TypedNode};
 use super::GraphDefinition;
-use crate::core::conditional::{body_graphs, node_params, register_bodies, CondKind};
+use crate::core::conditional::{body_graphs, check_unused, node_params, register_bodies, CondKind};
 use crate::driver;
 use crate::error::{Error, Result};
 use crate::ConditionalHandle;
@@ -22,6 +22,7 @@ impl GraphDefinition {
         let mut params = node_params(graph, handle, kind)?;
         let size = kind.size();
         let mut locked = self.lock()?;
+        check_unused(&locked.tree, handle)?;
         let raw_deps = node::check_all(&locked.tree, graph.id, deps)?;
         let mut out = std::ptr::null_mut();
         let deps_ptr = if raw_deps.is_empty() {

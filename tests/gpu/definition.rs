@@ -939,12 +939,19 @@ fn foreign_conditional_handle_is_an_error(gpu: &Gpu) -> TestResult {
         b.add_if(&[], &ha),
         Err(Error::ForeignConditionalHandle)
     ));
-    // A body's conditionals need a handle of the body's own graph.
+    // A handle drives one conditional node: a second one (here in the body) is refused.
     let (_n, body) = a.add_if(&[], &ha)?;
+    match body.add_while(&[], &ha) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("already drives"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // A body's handle is foreign to its parent.
+    let inner_only = body.create_conditional_handle(Some(0))?;
     assert!(matches!(
-        body.add_while(&[], &ha),
+        a.add_while(&[], &inner_only),
         Err(Error::ForeignConditionalHandle)
     ));
+    body.add_if(&[], &inner_only)?;
     let inner = body.create_conditional_handle(Some(0))?;
     body.add_while(&[], &inner)?;
     // A builder's handle is foreign to a definition.
