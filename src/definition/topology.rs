@@ -182,8 +182,8 @@ impl GraphDefinition {
 
     /// Destroys `node` and its edges (`cuGraphDestroyNode`). Its token, and every copy of it, is
     /// dead from now on ([`Error::DestroyedNode`]). Destroying a conditional node frees its
-    /// bodies: their definitions then return errors. What the node used stays alive until the
-    /// graph goes (the keep set belongs to the graph, not to a node).
+    /// bodies (and a child-graph node its graph): their definitions then return errors. What the
+    /// node used is released now, unless execs or copies made before still hold it.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;

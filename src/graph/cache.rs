@@ -69,9 +69,11 @@ impl GraphCache {
     /// Makes the cached exec run `source` (an ended primary builder or a definition): updates it
     /// in place if the driver accepts the update, else instantiates `source` and replaces it.
     ///
-    /// Any update refusal ([`Error::Update`], whatever its reason) leads to an instantiation; other
-    /// errors (a source still being captured into, a failed instantiation) are returned, and the
-    /// cache keeps its exec as it was.
+    /// Any update refusal ([`Error::Update`], whatever its reason) leads to an instantiation, and
+    /// so does an exec that handed out a device handle ([`Graph::device_handle`]: it cannot be
+    /// updated, and lives on while graphs hold the handle); other errors (a source still being
+    /// captured into, a failed instantiation) are returned, and the cache keeps its exec as it
+    /// was.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -83,7 +85,7 @@ impl GraphCache {
     /// # Ok(()) }
     /// ```
     pub fn refresh(&mut self, source: &impl FinishedGraph) -> Result<CacheOutcome> {
-        if let Some(graph) = self.graph.as_mut() {
+        if let Some(graph) = self.graph.as_mut().filter(|g| !g.has_device_handle()) {
             match graph.update(source) {
                 Ok(()) => {
                     self.updates += 1;

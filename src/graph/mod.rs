@@ -450,6 +450,19 @@ impl Graph {
         })
     }
 
+    /// Whether [`device_handle`](Self::device_handle) handed out a handle (the exec then refuses
+    /// updates).
+    ///
+    /// ```no_run
+    /// # fn f(g: &cuda_graph::Graph) -> cuda_graph::Result<()> {
+    /// let handle = g.device_handle()?;
+    /// assert!(g.has_device_handle());
+    /// # Ok(()) }
+    /// ```
+    pub fn has_device_handle(&self) -> bool {
+        lock(&self.state).device_keep.is_some()
+    }
+
     /// Updates the exec's node parameters from `source` — an ended primary builder or a
     /// `GraphDefinition` with the same topology
     /// (`cuGraphExecUpdate_v2`).

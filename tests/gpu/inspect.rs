@@ -449,5 +449,17 @@ fn device_launch_runs_a_graph_from_a_kernel(gpu: &Gpu) -> TestResult {
     assert_eq!(buf.to_vec()?, [5]);
     drop((outer, outer_def));
     assert!(eventually(|| watch.is_released()));
+
+    // A cache whose exec handed out a handle instantiates again instead of updating it.
+    let def = GraphDefinition::new(&gpu.device)?;
+    k(&def, &[], &gpu.f("add_one"), args![&buf])?;
+    let mut cache = GraphCache::new(options);
+    assert_eq!(cache.refresh(&def)?, CacheOutcome::Instantiated);
+    assert_eq!(cache.refresh(&def)?, CacheOutcome::Updated);
+    let held = cache.graph().expect("an exec").device_handle()?;
+    assert!(cache.graph().is_some_and(Graph::has_device_handle));
+    assert_eq!(cache.refresh(&def)?, CacheOutcome::Instantiated);
+    assert!(!cache.graph().is_some_and(Graph::has_device_handle));
+    drop(held);
     Ok(())
 }
