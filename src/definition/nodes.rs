@@ -438,8 +438,11 @@ impl GraphDefinition {
             self.handle().ctx.raw,
         );
         let keep = |owners: &mut Owners| {
+            owners.reserve_exact(1 + args.keep.len());
             owners.push(function.module.clone());
-            owners.extend(args.keep.iter().cloned());
+            for k in &args.keep {
+                owners.push(k.clone());
+            }
         };
         self.add_node_with(deps, &[], keep, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` points at

@@ -76,8 +76,9 @@ pub(crate) type KeepChunk = Arc<Vec<Arc<dyn Any + Send + Sync>>>;
 /// callback's state, an event, an embedded graph's operands).
 pub(crate) type Owner = Arc<dyn Any + Send + Sync>;
 
-/// What one node uses: held by its slot in the [`NodeTable`] until the node is destroyed.
-pub(crate) type Owners = smallvec::SmallVec<[Owner; 1]>;
+/// What one node uses: held by its slot in the [`NodeTable`] until the node is destroyed. Two
+/// inline: a kernel's module and one buffer take no allocation.
+pub(crate) type Owners = smallvec::SmallVec<[Owner; 2]>;
 
 /// What the lock of a graph tree (a root graph and its conditional bodies) guards besides the
 /// driver calls: the bookkeeping of explicit definitions.

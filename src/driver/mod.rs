@@ -142,6 +142,10 @@ pub(crate) fn require_of(
 
 /// Checks (once per call site, cached in `present`) that the driver is loaded and exports `name`.
 pub(crate) fn ensure_symbol(present: &OnceLock<bool>, name: &'static str) -> Result<()> {
+    // Set only after the driver loaded: the common case is one atomic load.
+    if present.get() == Some(&true) {
+        return Ok(());
+    }
     let driver = loaded()?;
     if *present.get_or_init(|| has_symbol(name)) {
         Ok(())
