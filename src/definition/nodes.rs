@@ -431,10 +431,10 @@ impl GraphDefinition {
         args: &KernelArgs,
     ) -> Result<KernelNode> {
         self.same_device(&function.module.ctx, "kernel's module")?;
-        let mut ptrs = args.pointers();
+        let (mut ptrs, mut spill) = ([std::ptr::null_mut(); 16], Vec::new());
         let params = config.kernel_node_params(
             function,
-            crate::runtime::params_ptr(&mut ptrs),
+            args.fill_pointers(&mut ptrs, &mut spill),
             self.handle().ctx.raw,
         );
         let keep = |owners: &mut Owners| {

@@ -412,9 +412,12 @@ impl RawParams {
                     config,
                     args,
                 } = &**kernel;
-                let mut ptrs = args.pointers();
-                let params =
-                    config.kernel_node_params(function, crate::runtime::params_ptr(&mut ptrs), ctx);
+                let (mut ptrs, mut spill) = ([std::ptr::null_mut(); 16], Vec::new());
+                let params = config.kernel_node_params(
+                    function,
+                    args.fill_pointers(&mut ptrs, &mut spill),
+                    ctx,
+                );
                 match target {
                     // SAFETY: the caller's promises; `ptrs` points into `args`, which outlives the
                     // call (the driver copies the values); the constructor's caller promised the

@@ -146,18 +146,33 @@ impl KernelArgs {
         self.keep.push(resource);
     }
 
-    /// The `void**` array `cuLaunchKernel` takes; valid while `self` is borrowed.
+    /// Writes the `void**` array `cuLaunchKernel` and kernel nodes take into `out` (up to 16
+    /// arguments, no allocation) or `spill`, and returns it: null without arguments, else valid
+    /// while `self`, `out` and `spill` are borrowed.
+    #[inline]
+    pub(crate) fn fill_pointers(
+        &self,
+        out: &mut [*mut std::ffi::c_void; 16],
+        spill: &mut Vec<*mut std::ffi::c_void>,
+    ) -> *mut *mut std::ffi::c_void {
+        let n = self.values.len();
+        if n == 0 {
+            std::ptr::null_mut()
+        } else if n <= out.len() {
+            for (o, v) in out.iter_mut().zip(&self.values) {
+                *o = v.ptr();
+            }
+            out.as_mut_ptr()
+        } else {
+            spill.extend(self.values.iter().map(ArgValue::ptr));
+            spill.as_mut_ptr()
+        }
+    }
+
+    /// The argument pointers, collected (for tests).
+    #[cfg(test)]
     pub(crate) fn pointers(&self) -> SmallVec<[*mut std::ffi::c_void; 16]> {
         self.values.iter().map(|v| v.ptr()).collect()
-    }
-}
-
-/// The `kernelParams` pointer for the argument pointers `ptrs`: null when there are none.
-pub(crate) fn params_ptr(ptrs: &mut [*mut std::ffi::c_void]) -> *mut *mut std::ffi::c_void {
-    if ptrs.is_empty() {
-        std::ptr::null_mut()
-    } else {
-        ptrs.as_mut_ptr()
     }
 }
 
@@ -248,6 +263,33 @@ impl<T: DeviceCopy> KernelArg for &mut DeviceBuffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filled_pointers_are_null_on_the_stack_or_spilled() {
+        let mut out = [std::ptr::null_mut(); 16];
+        let mut spill = Vec::new();
+        assert!(KernelArgs::new()
+            .fill_pointers(&mut out, &mut spill)
+            .is_null());
+        let few = KernelArgs::new().arg(1u32).arg(2u64);
+        let p = few.fill_pointers(&mut out, &mut spill);
+        assert_eq!(p, out.as_mut_ptr());
+        assert_eq!(&out[..2], &few.pointers()[..]);
+        assert!(spill.is_empty());
+        let mut many = KernelArgs::new();
+        for i in 0..20u32 {
+            many.push(i);
+        }
+        let p = many.fill_pointers(&mut out, &mut spill);
+        assert_eq!(p, spill.as_mut_ptr());
+        assert_eq!(&spill[..], &many.pointers()[..]);
+        // SAFETY: each pointer points at the u32 stored for it.
+        let read: Vec<u32> = spill
+            .iter()
+            .map(|q| unsafe { *(*q as *const u32) })
+            .collect();
+        assert_eq!(read, (0..20).collect::<Vec<_>>());
+    }
 
     #[test]
     fn values_are_stored_in_order() {

@@ -5,7 +5,6 @@ mod device;
 mod event;
 mod image;
 mod launch;
-pub(crate) use launch::params_ptr;
 mod module;
 mod observer;
 mod pinned;

@@ -278,8 +278,8 @@ impl Stream {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
-        let mut ptrs = args.pointers();
-        let params = super::launch::params_ptr(&mut ptrs);
+        let (mut ptrs, mut spill) = ([std::ptr::null_mut(); 16], Vec::new());
+        let params = args.fill_pointers(&mut ptrs, &mut spill);
         let (g, b) = (config.grid, config.block);
         self.enqueue(|rec| {
             if !rec.capturing() {
