@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Counts the host instructions per node that the crate adds around each driver call, without a
+# GPU: examples/host_cost.rs runs against a stub libcuda (scripts/stub-libcuda.c) under
+# `valgrind --tool=callgrind`, at 1000 and 11000 nodes; the difference over 10000 is per node.
+#
+#   scripts/count-instructions.sh                # every case
+#   scripts/count-instructions.sh capture-buf    # one case
+#
+# Needs gcc and valgrind. See docs/DESIGN.md, "Counting the crate's own instructions".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stub=target/stub-libcuda
+mkdir -p "$stub"
+gcc -O2 -shared -fPIC scripts/stub-libcuda.c -o "$stub/libcuda.so"
+ln -sf libcuda.so "$stub/libcuda.so.1"
+cargo build --release --example host_cost --quiet
+bin=target/release/examples/host_cost
+count() { # case n -> instructions
+  LD_LIBRARY_PATH="$PWD/$stub" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
+    sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+cases=("${@:-explicit explicit-buf raw-explicit capture capture-buf raw-capture}")
+for c in ${cases[@]}; do
+  a=$(count "$c" 1000); b=$(count "$c" 11000)
+  printf '%-14s %6d instructions per node\n' "$c" $(( (b - a) / 10000 ))
+done
