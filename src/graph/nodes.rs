@@ -10,6 +10,23 @@ use crate::driver::graph::{GraphHandle, TreeState};
 use crate::error::{Error, Result};
 use crate::GraphNode;
 
+/// Whether graph `graph` is the graph of a child-graph node (seen through
+/// [`GraphDefinition::inspect`](crate::GraphDefinition::inspect)) or a conditional body inside
+/// one, at any depth.
+fn inside_embedded(tree: &TreeState, mut graph: u64) -> bool {
+    // Bounded: the owner chain is acyclic, and no tree nests this deep in practice.
+    for _ in 0..1024 {
+        if tree.embedded.values().any(|v| *v == graph) {
+            return true;
+        }
+        match tree.bodies.iter().find(|(_, ids)| ids.contains(&graph)) {
+            Some(((parent, _), _)) => graph = *parent,
+            None => return false,
+        }
+    }
+    true
+}
+
 /// Checks that `node` is one of the nodes the exec instantiated from `source` at `epoch` has:
 /// a live node of `source`'s tree made before the instantiation.
 fn exec_node(
@@ -19,7 +36,7 @@ fn exec_node(
     node: &GraphNode,
 ) -> Result<sys::CUgraphNode> {
     tree.check_complete()?;
-    if tree.embedded.values().any(|v| *v == node.graph) {
+    if inside_embedded(tree, node.graph) {
         return Err(Error::InvalidArgument(
             "a node inside a child-graph node's graph cannot be updated in an exec on its own: update the child-graph node (NodeParams::child_graph)".into(),
         ));

@@ -386,9 +386,19 @@ fn conditional_in_a_child_graph_tests_the_outer_handle(gpu: &Gpu) -> TestResult 
     // instantiated, which it is: the child is part of it).
     let (_n, body) = view.add_if(&[], &h)?;
     // add_one(int*)
-    k(&body, &[], &gpu.f("add_one"), args![&buf])?;
-    run(gpu, &parent)?;
+    let inner = k(&body, &[], &gpu.f("add_one"), args![&buf])?;
+    let mut g = parent.instantiate(&GraphCompleteOptions::default())?;
+    launch(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [1]);
+    // A node in a body inside the child's graph is not the exec's to update on its own.
+    // SAFETY: add_one(int*).
+    let params = unsafe { NodeParams::kernel(&gpu.f("add_one"), one(), args![&buf]) };
+    match g.set_params(&inner, params) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("child-graph node"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    launch(gpu, &g)?;
+    assert_eq!(buf.to_vec()?, [2]);
     Ok(())
 }
 
