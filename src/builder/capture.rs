@@ -150,9 +150,12 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
 impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Ends the capture; the next state is `Ended`.
     ///
-    /// Does not compile while a fork or conditional body still borrows this builder. If the
-    /// capture was invalidated, returns [`Error::CaptureInvalidated`]; the capture is over either
-    /// way and the stream is usable.
+    /// Does not compile while a fork or conditional body still borrows this builder: rustc then
+    /// says `cannot move out of `parent` because it is borrowed` (E0505) and points at the
+    /// `split` or `if_then`/`while_loop`/... that made it. Join the forks first
+    /// ([`join`](Self::join), or drop them), and end every body (`end_building()` on it, or drop
+    /// it). If the capture was invalidated, returns [`Error::CaptureInvalidated`]; the capture is
+    /// over either way and the stream is usable.
     pub fn end_building(mut self) -> Result<GraphBuilder<K, Ended>>
     where
         S: IsCapturing,

@@ -31,7 +31,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// own that first waits for everything recorded on this builder so far.
     ///
     /// The forks borrow this builder, so it cannot end its capture until every fork is joined
-    /// ([`join`](Self::join)) or dropped (which joins it). Forks can split again.
+    /// ([`join`](Self::join)) or dropped (which joins it): `end_building()` with a fork alive is
+    /// the compile error E0505, "cannot move out of `parent` because it is borrowed", pointing
+    /// at this `split`. Forks can split again.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;

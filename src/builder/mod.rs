@@ -27,6 +27,7 @@ pub use kind::{
 pub use state::{
     BoundToCapturingThread, CaptureMode, Capturing, Ended, Global, IsCapturing, IsEnded,
     NotCapturing, NotStarted, Relaxed, State, ThreadLocal, Unstarted,
+    UseRelaxedModeToMoveACaptureToAnotherThread,
 };
 
 use self::core::Core;

@@ -99,8 +99,18 @@ impl IsEnded for Ended {}
 
 /// A zero-sized value that is `!Send` (it holds a raw pointer type), pinning a `Global` or
 /// `ThreadLocal` capture to the thread that began it.
+///
+/// Moving such a builder to another thread is the compile error "`*const
+/// UseRelaxedModeToMoveACaptureToAnotherThread` cannot be sent between threads safely": CUDA ties
+/// `Global` and `ThreadLocal` captures to their thread. Begin the capture with `Relaxed` to move
+/// it (or its forks) between threads.
 #[derive(Debug, Default)]
-pub struct BoundToCapturingThread(PhantomData<*const ()>);
+pub struct BoundToCapturingThread(PhantomData<*const UseRelaxedModeToMoveACaptureToAnotherThread>);
+
+/// Names, in the compile error, what to do when a `Global` or `ThreadLocal` capture is moved to
+/// another thread (see [`BoundToCapturingThread`]). Never made.
+#[derive(Debug)]
+pub enum UseRelaxedModeToMoveACaptureToAnotherThread {}
 
 // SAFETY: sharing `&Capturing<Global>` across threads is harmless (the builder's recording methods
 // go to the driver, which checks the thread); only moving it, and so ending it elsewhere, is not.
