@@ -26,12 +26,12 @@ for line in sys.stdin:
         print(m["target"]["kind"][0], m["target"]["name"], m["executable"])'
 }
 
-# Tests and examples with the `cudarc` feature: its adapters' GPU tests and
-# examples/cublas_capture.rs exist only with it.
+# Tests and examples with the `cudarc` and `nvrtc` features: the adapters' GPU tests,
+# examples/cublas_capture.rs, the NVRTC tests and examples/quickstart.rs exist only with them.
 {
-  exes test --release --no-run --tests --features cudarc
+  exes test --release --no-run --tests --features cudarc,nvrtc
   exes bench --no-run
-  exes build --release --examples --features cudarc
+  exes build --release --examples --features cudarc,nvrtc
 } | sort -u | while read -r kind name path; do
   [ "$kind $name" = "test ui" ] && continue  # trybuild needs cargo; CI runs it
   case "$kind" in
@@ -44,7 +44,25 @@ for line in sys.stdin:
   cp "$path" "$dest"
   strip "$dest" 2>/dev/null || true
 done
-# Unit tests of the library itself.
+# The README's quick start, pasted into a crate of its own (path dependency on this one, as a
+# user's crate would depend on the release): it must build as written, and run-all.sh runs it.
+fresh=target/readme-quickstart
+mkdir -p "$fresh/src"
+cat > "$fresh/Cargo.toml" <<TOML
+[package]
+name = "readme-quickstart"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+cuda-graph = { path = "$PWD", features = ["nvrtc"] }
+
+[workspace]
+TOML
+awk '/^```rust,no_run$/{f=1; next} f && /^```$/{exit} f' README.md > "$fresh/src/main.rs"
+CARGO_TARGET_DIR="$PWD/target" cargo build --release --quiet --manifest-path "$fresh/Cargo.toml"
+cp target/release/readme-quickstart "$out/example-readme-quickstart"
+strip "$out/example-readme-quickstart" 2>/dev/null || true
 
 cat > "$out/run-all.sh" <<'RUN'
 #!/usr/bin/env bash

@@ -416,6 +416,23 @@ pub enum Error {
         count: usize,
     },
 
+    /// NVRTC (`libnvrtc`), which [`Device::compile`](crate::Device::compile) needs, could not
+    /// be loaded.
+    #[error("NVRTC (libnvrtc) could not be loaded (tried {tried}): install the CUDA toolkit's NVRTC and put its library directory on the library path (LD_LIBRARY_PATH=/usr/local/cuda/lib64, say)")]
+    NvrtcNotFound {
+        /// The library names tried.
+        tried: String,
+    },
+
+    /// NVRTC refused the CUDA C++ source.
+    #[error("NVRTC could not compile the source ({result}):\n{log}")]
+    Compile {
+        /// NVRTC's result, e.g. `NVRTC_ERROR_COMPILATION`.
+        result: String,
+        /// The compiler's log: the errors and warnings, with line numbers.
+        log: String,
+    },
+
     /// A module has no function of that name.
     #[error("the module has no kernel named `{0}` (is it declared `extern \"C\"`?)")]
     FunctionNotFound(String),

@@ -21,6 +21,8 @@ pub(crate) mod event;
 pub(crate) mod graph;
 pub(crate) mod memory;
 pub(crate) mod module;
+#[cfg(feature = "nvrtc")]
+pub(crate) mod nvrtc;
 pub(crate) mod release;
 pub(crate) mod stream;
 

@@ -190,6 +190,51 @@ impl Device {
         })
     }
 
+    /// Compiles CUDA C++ `source` for this device with NVRTC and loads it (feature `nvrtc`):
+    /// the kernels it declares `extern "C"` are then [`Module::function`]s. It is compiled to
+    /// a cubin for the device's architecture (`-arch=sm_XY`, from its compute capability), so
+    /// the driver needs no PTX JIT; [`compile_with`](Self::compile_with) takes more options.
+    ///
+    /// NVRTC (`libnvrtc`, part of the CUDA toolkit) is opened on first use: without it this is
+    /// [`Error::NvrtcNotFound`]. Source NVRTC refuses is [`Error::Compile`], with the compiler's
+    /// log.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let module = device.compile(
+    ///     r#"extern "C" __global__ void add_one(int* p) { p[threadIdx.x] += 1; }"#,
+    /// )?;
+    /// let add_one = module.function("add_one")?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "nvrtc")]
+    pub fn compile(&self, source: &str) -> Result<Module> {
+        self.compile_with(source, &[])
+    }
+
+    /// [`compile`](Self::compile) with NVRTC options besides the architecture (`-default-device`,
+    /// `-std=c++17`, `-DNAME=value`, `-lineinfo`, ...; see NVRTC's documentation). Feature
+    /// `nvrtc`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let module = device.compile_with(
+    ///     r#"extern "C" __global__ void fill(int* p) { p[threadIdx.x] = VALUE; }"#,
+    ///     &["-DVALUE=7"],
+    /// )?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "nvrtc")]
+    pub fn compile_with(&self, source: &str, options: &[&str]) -> Result<Module> {
+        let (major, minor) = self.compute_capability()?;
+        let mut opts = vec![format!("-arch=sm_{major}{minor}")];
+        opts.extend(options.iter().map(|o| o.to_string()));
+        let cubin = driver::nvrtc::compile_cubin(source, "cuda_graph.cu", &opts)?;
+        self.load_module(&cubin)
+    }
+
     /// The device's free and total memory in bytes (`cuMemGetInfo`), as the driver sees it now.
     ///
     /// ```no_run

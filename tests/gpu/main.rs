@@ -16,6 +16,8 @@ mod inspect;
 mod interop;
 mod memory;
 mod nodes;
+#[cfg(feature = "nvrtc")]
+mod nvrtc;
 mod safety;
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
@@ -48,6 +50,11 @@ fn main() {
     let adapters = cudarc_adapters::TESTS;
     #[cfg(not(feature = "cudarc"))]
     let adapters: &[(&str, Needs, TestFn)] = &[];
+    // The NVRTC tests exist with the `nvrtc` feature (the GPU bundle enables it).
+    #[cfg(feature = "nvrtc")]
+    let compiled = nvrtc::TESTS;
+    #[cfg(not(feature = "nvrtc"))]
+    let compiled: &[(&str, Needs, TestFn)] = &[];
     for (name, needs, f) in foundation::TESTS
         .iter()
         .chain(builder::TESTS)
@@ -58,6 +65,7 @@ fn main() {
         .chain(inspect::TESTS)
         .chain(interop::TESTS)
         .chain(adapters)
+        .chain(compiled)
         .chain(safety::TESTS)
         .chain(memory::TESTS)
     {

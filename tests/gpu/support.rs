@@ -54,6 +54,9 @@ pub enum Needs {
     Conditional(DriverVersion),
     /// libcublas, opened by cudarc's loader.
     Cublas,
+    /// libnvrtc (`Device::compile`).
+    #[allow(dead_code)] // used by the `nvrtc` feature's tests only
+    Nvrtc,
 }
 
 /// Why libcublas cannot be used here, if it cannot (checked without panicking: cudarc's loader
@@ -76,6 +79,15 @@ pub fn unmet(gpu: &Gpu, needs: Needs) -> Option<String> {
     match needs {
         Needs::Gpu => None,
         Needs::Cublas => cublas_missing(),
+        #[cfg(feature = "nvrtc")]
+        Needs::Nvrtc => match gpu.device.compile("extern \"C\" __global__ void probe() {}") {
+            Err(Error::NvrtcNotFound { tried }) => Some(format!(
+                "GPU test skipped: libnvrtc could not be loaded (tried {tried}); with a CUDA toolkit in /usr/local/cuda, run with LD_LIBRARY_PATH=/usr/local/cuda/lib64"
+            )),
+            _ => None,
+        },
+        #[cfg(not(feature = "nvrtc"))]
+        Needs::Nvrtc => Some("GPU test skipped: built without the `nvrtc` feature".into()),
         Needs::Conditional(v) => {
             let cc = gpu.device.compute_capability().ok()?;
             if cc < (9, 0) {
