@@ -18,9 +18,10 @@
 //! | runtime | [`Device`], [`Stream`], [`Event`], [`DeviceBuffer`], [`Module`], [`Function`], [`LaunchConfig`], [`KernelArgs`], [`Error`] |
 //! | typestate | [`GraphBuilder`] and its markers in [`builder`] |
 //! | executable | [`Graph`], [`GraphCompleteOptions`] |
-//! | explicit | [`GraphDefinition`], [`GraphNode`], [`NodeType`], [`GraphAllocation`] (see `docs/DEFINITION.md`) |
+//! | explicit | [`GraphDefinition`], [`GraphNode`], [`NodeType`], [`GraphAllocation`] (see [the definitions guide](docs::definitions)) |
 //!
-//! Everything a user needs is in the [`prelude`].
+//! Everything a user needs is in the [`prelude`]. The guides are in [`docs`]: a
+//! [tour](docs::guide), [explicit definitions](docs::definitions) and the [design](docs::design).
 //!
 //! ## Features
 //! The driver bindings are cudarc's, and its features pick their CUDA version and how libcuda is
@@ -60,6 +61,7 @@
 pub mod builder;
 mod core;
 mod definition;
+pub mod docs;
 pub(crate) mod driver;
 mod error;
 mod graph;

@@ -1,6 +1,6 @@
 //! The explicit layer: [`GraphDefinition`], a CUDA graph built node by node, and [`GraphNode`].
 //!
-//! See [`GraphDefinition`] and `docs/DEFINITION.md`.
+//! See [`GraphDefinition`] and [the definitions guide](crate::docs::definitions).
 
 use std::path::Path;
 use std::sync::{Arc, MutexGuard};
