@@ -25,7 +25,7 @@ const BUCKET: usize = 64;
 
 /// The layers step `step` runs: 16 or 20, switching every `BUCKET` steps.
 fn layers(step: usize) -> usize {
-    if (step / BUCKET) % 2 == 0 {
+    if (step / BUCKET).is_multiple_of(2) {
         16
     } else {
         20

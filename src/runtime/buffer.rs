@@ -121,7 +121,7 @@ pub(crate) fn raw_byte_len<T>(ptr: u64, len: usize) -> Result<usize> {
             "a device buffer at the null address".into(),
         ));
     }
-    if ptr % align != 0 {
+    if !ptr.is_multiple_of(align) {
         return Err(Error::InvalidArgument(format!(
             "device address {ptr:#x} is not aligned for {what} (alignment {align})"
         )));

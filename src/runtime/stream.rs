@@ -550,7 +550,7 @@ impl Stream {
     /// length must be a multiple of 4.
     pub fn memset_d32<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u32) -> Result<()> {
         self.same_context(buf)?;
-        if buf.byte_len() % 4 != 0 {
+        if !buf.byte_len().is_multiple_of(4) {
             return Err(Error::InvalidArgument(format!(
                 "memset_d32 of a {}-byte buffer: the size must be a multiple of 4",
                 buf.byte_len()
