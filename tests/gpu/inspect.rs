@@ -9,6 +9,7 @@ use cuda_graph::prelude::*;
 use cuda_graph::{ConditionalKind, MemoryKind, NodeInfo};
 
 use crate::args;
+use crate::nodes::k;
 use crate::support::{eventually, launch, one, run, stays, Gpu, Needs, TestResult};
 
 const GPU: Needs = Needs::Gpu;
@@ -57,18 +58,6 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         device_launch_runs_a_graph_from_a_kernel,
     ),
 ];
-
-/// A kernel node; each call site names the kernel's parameters it matches.
-fn k(
-    def: &GraphDefinition,
-    deps: &[&GraphNode],
-    f: &Function,
-    args: KernelArgs,
-) -> cuda_graph::Result<KernelNode> {
-    // SAFETY: every caller passes arguments matching the kernel's parameters and in-bounds
-    // buffers (see the comment at each call).
-    unsafe { def.add_kernel(deps, f, one(), &args) }
-}
 
 fn every_node_kind_reads_back_what_was_set(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(8)?;

@@ -68,7 +68,7 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
 ];
 
 /// A kernel node; each call site names the kernel's parameters it matches.
-fn k(
+pub(crate) fn k(
     def: &GraphDefinition,
     deps: &[&GraphNode],
     f: &Function,
