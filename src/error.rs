@@ -416,7 +416,7 @@ pub enum Error {
         count: usize,
     },
 
-    /// NVRTC (`libnvrtc`), which [`Device::compile`](crate::Device::compile) needs, could not
+    /// NVRTC (`libnvrtc`), which `Device::compile` (feature `nvrtc`) needs, could not
     /// be loaded.
     #[error("NVRTC (libnvrtc) could not be loaded (tried {tried}): install the CUDA toolkit's NVRTC and put its library directory on the library path (LD_LIBRARY_PATH=/usr/local/cuda/lib64, say)")]
     NvrtcNotFound {
