@@ -41,27 +41,72 @@ impl DriverError {
     }
 
     /// The driver entry point that failed, e.g. `cuModuleLoadData`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(e: &DriverError) -> cuda_graph::Result<()> {
+    /// println!("{} failed", e.call()); // e.g. cuModuleLoadData
+    /// # Ok(()) }
+    /// ```
     pub fn call(&self) -> &'static str {
         self.call
     }
 
     /// The raw `CUresult` value, e.g. `218`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(e: &DriverError) -> cuda_graph::Result<()> {
+    /// if e.code() == 200 {
+    ///     println!("CUDA_ERROR_INVALID_IMAGE");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn code(&self) -> u32 {
         self.code
     }
 
     /// The result's name from `cuGetErrorName`, e.g. `CUDA_ERROR_INVALID_PTX`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(e: &DriverError) -> cuda_graph::Result<()> {
+    /// println!("{}", e.name()); // e.g. CUDA_ERROR_INVALID_IMAGE
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The result's description from `cuGetErrorString`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(e: &DriverError) -> cuda_graph::Result<()> {
+    /// println!("{}", e.description()); // e.g. device kernel image is invalid
+    /// # Ok(()) }
+    /// ```
     pub fn description(&self) -> &str {
         &self.description
     }
 
     /// The result as the bindings' enum, or `None` for a code the bindings do not know (one a
     /// newer driver added): compare with e.g. `Some(CUresult::CUDA_ERROR_NOT_READY)`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(e: &DriverError) -> cuda_graph::Result<()> {
+    /// use cudarc::driver::sys::CUresult;
+    /// if e.result() == Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY) {
+    ///     println!("out of device memory");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn result(&self) -> Option<sys::CUresult> {
         known_result(self.code)
     }
@@ -504,6 +549,18 @@ pub enum Error {
 
 impl Error {
     /// The driver error inside, if this error came from a driver call.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// if let Err(e) = device.load_module(b"not an image\0") {
+    ///     if let Some(d) = e.driver_error() {
+    ///         println!("{} returned {}", d.call(), d.name());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn driver_error(&self) -> Option<&DriverError> {
         match self {
             Error::Driver(e) | Error::CaptureInvalidated(e) => Some(e),
@@ -513,6 +570,17 @@ impl Error {
     }
 
     /// The driver's `CUresult` code, if this error came from a driver call.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// match device.load_module(b"not an image\0") {
+    ///     Err(e) => println!("CUresult {:?}", e.code()),
+    ///     Ok(_) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn code(&self) -> Option<u32> {
         self.driver_error().map(DriverError::code)
     }

@@ -23,10 +23,27 @@ impl DriverVersion {
     pub const V13_2: DriverVersion = DriverVersion(13020);
 
     /// The major version (`12` for 12.8).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// let v = cuda_graph::driver_version()?;
+    /// println!("CUDA {}.{}", v.major(), v.minor());
+    /// # Ok(()) }
+    /// ```
     pub fn major(self) -> i32 {
         self.0 / 1000
     }
     /// The minor version (`8` for 12.8).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// assert_eq!(DriverVersion(12080).minor(), 8);
+    /// # Ok(()) }
+    /// ```
     pub fn minor(self) -> i32 {
         (self.0 % 1000) / 10
     }

@@ -16,6 +16,17 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     ///
     /// If the driver refuses (for example because the stream is already capturing for another
     /// builder), the error is returned and no capture is left running for this builder.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let builder = device.create_graph_builder()?; // NotStarted
+    /// let capturing = builder.begin_building(Relaxed)?; // Capturing<Relaxed>: Send
+    /// let ended = capturing.end_building()?;
+    /// # let _ = ended;
+    /// # Ok(()) }
+    /// ```
     pub fn begin_building<M: CaptureMode>(
         mut self,
         mode: M,
@@ -32,6 +43,15 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
 /// While `Capturing<M>`: recording work.
 impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// The stream being captured: work issued on it is recorded into the graph.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, buf: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
+    /// // Work issued on the builder's stream is captured too.
+    /// b.stream().memset_d8(buf, 0)?;
+    /// # Ok(()) }
+    /// ```
     pub fn stream(&self) -> &Stream
     where
         S: IsCapturing,
@@ -41,6 +61,14 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
 
     /// `Ok(())` while the capture is active; [`Error::CaptureInvalidated`] once an illegal call
     /// (such as a synchronous copy in `Global` mode) has invalidated it.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
+    /// b.capture_status()?; // Err(Error::CaptureInvalidated(..)) once the capture broke
+    /// # Ok(()) }
+    /// ```
     pub fn capture_status(&self) -> Result<()>
     where
         S: IsCapturing,
@@ -54,6 +82,15 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # Safety
     /// As [`Stream::launch`]: `args` must match the kernel's parameters, and the kernel must stay
     /// in bounds of the buffers it is given.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, add_one: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// // SAFETY: add_one takes one int*, and `buf` holds it.
+    /// unsafe { b.launch(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn launch(
         &self,
         function: &Function,
@@ -68,6 +105,14 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     }
 
     /// Records a memset of every byte of `buf` to `value`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, buf: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
+    /// b.memset_d8(buf, 0xff)?; // every byte
+    /// # Ok(()) }
+    /// ```
     pub fn memset_d8<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u8) -> Result<()>
     where
         S: IsCapturing,
@@ -76,6 +121,14 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     }
 
     /// Records a memset of every 32-bit word of `buf` to `value`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// b.memset_d32(buf, 1.0f32.to_bits())?; // every 4-byte word
+    /// # Ok(()) }
+    /// ```
     pub fn memset_d32<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u32) -> Result<()>
     where
         S: IsCapturing,
@@ -84,6 +137,14 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     }
 
     /// Records a device-to-device copy of `src` into `dst`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, dst: &DeviceBuffer<i32>, src: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// b.memcpy_dtod(dst, src)?; // same length
+    /// # Ok(()) }
+    /// ```
     pub fn memcpy_dtod<T: DeviceCopy>(
         &self,
         dst: &DeviceBuffer<T>,
@@ -156,6 +217,17 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// ([`join`](Self::join), or drop them), and end every body (`end_building()` on it, or drop
     /// it). If the capture was invalidated, returns [`Error::CaptureInvalidated`]; the capture is
     /// over either way and the stream is usable.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let b = device.create_graph_builder()?.begin_building(Global)?;
+    /// let ended = b.end_building()?;
+    /// let graph = ended.complete(&GraphCompleteOptions::default())?;
+    /// # let _ = graph;
+    /// # Ok(()) }
+    /// ```
     pub fn end_building(mut self) -> Result<GraphBuilder<K, Ended>>
     where
         S: IsCapturing,
@@ -171,6 +243,14 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Writes the graph as Graphviz DOT to `path` (`cuGraphDebugDotPrint`).
     ///
     /// An unwritable path is an [`Error::Io`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(ended: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
+    /// ended.debug_dot_print(std::env::temp_dir().join("graph.dot"), &GraphDebugPrintOptions::all())?;
+    /// # Ok(()) }
+    /// ```
     pub fn debug_dot_print(
         &self,
         path: impl AsRef<std::path::Path>,
@@ -199,6 +279,17 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// (`cuGraphInstantiateWithParams`). An ended builder can be completed any number of times.
     ///
     /// A refusal is an [`Error::Instantiate`] naming the driver's reason.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(ended: &GraphBuilder<Primary, Ended>, stream: &Stream) -> cuda_graph::Result<()> {
+    /// let graph = ended.complete(&GraphCompleteOptions::default())?;
+    /// let again = ended.complete(&GraphCompleteOptions::default())?; // as often as you like
+    /// graph.launch(stream)?;
+    /// # let _ = again;
+    /// # Ok(()) }
+    /// ```
     pub fn complete(&self, options: &GraphCompleteOptions) -> Result<Graph>
     where
         S: IsEnded,

@@ -31,6 +31,16 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     ///
     /// With `Some(value)` the handle is reset to `value` at the start of every launch; with `None`
     /// it keeps what device code last set. Needs driver 12.3.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
+    /// let reset_to_one = b.create_conditional_handle(Some(1))?; // at every launch
+    /// let kept = b.create_conditional_handle(None)?; // what device code set last
+    /// # let _ = (reset_to_one, kept);
+    /// # Ok(()) }
+    /// ```
     pub fn create_conditional_handle(&self, default: Option<u32>) -> Result<ConditionalHandle>
     where
         S: IsCapturing,
@@ -90,6 +100,18 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     ///
     /// The body is a `GraphBuilder<ConditionalBody, NotStarted>`: begin, record, end (or leave it
     /// empty). It borrows this builder, so this builder cannot end while the body is open.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, add_one: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// let h = b.create_conditional_handle(Some(1))?;
+    /// let body = b.if_then(&h)?.begin_building(Global)?;
+    /// // SAFETY: add_one takes one int*.
+    /// unsafe { body.launch(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// body.end_building()?;
+    /// # Ok(()) }
+    /// ```
     pub fn if_then(
         &self,
         handle: &ConditionalHandle,
@@ -104,6 +126,17 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
 
     /// Adds an IF node with an ELSE body: `(then, else)`; `then` runs when the value is non-zero,
     /// `else` when it is zero. Needs driver 12.8.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
+    /// let h = b.create_conditional_handle(Some(0))?;
+    /// let (then_body, else_body) = b.if_else(&h)?;
+    /// then_body.begin_building(Global)?.end_building()?;
+    /// else_body.begin_building(Global)?.end_building()?; // runs: the value is 0
+    /// # Ok(()) }
+    /// ```
     #[allow(clippy::type_complexity)]
     pub fn if_else(
         &self,
@@ -127,6 +160,18 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Adds a SWITCH node with `n` bodies: body `i` runs when the value is `i`; a value `>= n` runs
     /// none. Needs driver 12.8. `n == 0` and `n >` [`MAX_SWITCH_BODIES`](crate::MAX_SWITCH_BODIES) are an
     /// [`Error::InvalidArgument`], refused before any driver work.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
+    /// let h = b.create_conditional_handle(Some(2))?;
+    /// let bodies = b.switch(&h, 3)?; // body 2 runs
+    /// for body in bodies {
+    ///     body.begin_building(Global)?.end_building()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn switch(
         &self,
         handle: &ConditionalHandle,
@@ -141,6 +186,18 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Adds a WHILE node: its body runs again and again while the handle's value is non-zero
     /// (tested before each iteration). The body sets the value with `cudaGraphSetConditional`.
     /// Needs driver 12.3.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, countdown: &Function, counter: &DeviceBuffer<i32>, iterations: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// let h = b.create_conditional_handle(Some(1))?;
+    /// let body = b.while_loop(&h)?.begin_building(Global)?;
+    /// // SAFETY: countdown(handle, int*, int*) sets the handle to 0 when the counter runs out.
+    /// unsafe { body.launch(countdown, LaunchConfig::single(), &KernelArgs::new().arg(h).arg(counter).arg(iterations))? };
+    /// body.end_building()?;
+    /// # Ok(()) }
+    /// ```
     pub fn while_loop(
         &self,
         handle: &ConditionalHandle,

@@ -23,6 +23,15 @@ impl<K: StandsAlone, S: IsEnded> FinishedGraph for GraphBuilder<K, S> {}
 impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Adds a child-graph node that runs a copy of `child`, after everything recorded so far;
     /// later work runs after it. The child's resources stay alive with this graph.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, step: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
+    /// b.embed(step)?;       // a copy of `step`'s graph, after the work so far
+    /// b.embed(step)?;       // and another
+    /// # Ok(()) }
+    /// ```
     pub fn embed(&self, child: &impl FinishedGraph) -> Result<()>
     where
         S: IsCapturing,

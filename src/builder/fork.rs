@@ -82,6 +82,16 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     ///
     /// If joining one fork fails, its error is returned and the remaining forks are still joined
     /// as they drop, so the capture is never left with an unjoined stream.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
+    /// let forks = b.split::<3>()?;
+    /// // ... record into each fork ...
+    /// b.join(forks)?; // the parent continues after all three
+    /// # Ok(()) }
+    /// ```
     pub fn join<'a, I>(&self, forks: I) -> Result<()>
     where
         S: IsCapturing,

@@ -131,6 +131,16 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
 impl Device {
     /// A builder that captures on a new stream of its own:
     /// `GraphBuilder<Primary, NotStarted>`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let builder = device.create_graph_builder()?; // on a new stream of its own
+    /// let capturing = builder.begin_building(Global)?;
+    /// # let _ = capturing;
+    /// # Ok(()) }
+    /// ```
     pub fn create_graph_builder(&self) -> Result<GraphBuilder<Primary, NotStarted>> {
         Ok(self.create_stream()?.create_graph_builder())
     }
@@ -138,6 +148,15 @@ impl Device {
 
 impl Stream {
     /// A builder that captures on this stream: `GraphBuilder<Primary, NotStarted>`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream) -> cuda_graph::Result<()> {
+    /// let capturing = stream.create_graph_builder().begin_building(ThreadLocal)?;
+    /// # let _ = capturing;
+    /// # Ok(()) }
+    /// ```
     pub fn create_graph_builder(&self) -> GraphBuilder<Primary, NotStarted> {
         GraphBuilder {
             core: Core::new(self.clone()),

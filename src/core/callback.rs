@@ -101,12 +101,32 @@ impl std::fmt::Debug for HostCallback {
 
 impl HostCallback {
     /// How many times the closure has run to completion; `None` once it has been released.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
+    /// let cb = b.callback(|| println!("step done"))?;
+    /// // ... complete, launch, synchronize ...
+    /// println!("ran {:?} times", cb.calls());
+    /// # Ok(()) }
+    /// ```
     pub fn calls(&self) -> Option<u64> {
         self.state.upgrade().map(|s| s.calls.load(Ordering::SeqCst))
     }
 
     /// Whether every graph and exec holding the closure has been dropped and the closure freed.
     /// The release happens shortly after the last exec's pending launches finish.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(cb: &HostCallback) -> cuda_graph::Result<()> {
+    /// if cb.is_released() {
+    ///     println!("every graph and exec holding the closure is gone");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_released(&self) -> bool {
         self.state.strong_count() == 0
     }
@@ -114,11 +134,29 @@ impl HostCallback {
     /// The message of the panic that disabled the closure, if it panicked.
     ///
     /// Like every method here, it may be called from inside the closure itself.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(cb: &HostCallback) -> cuda_graph::Result<()> {
+    /// if let Some(message) = cb.panic_message() {
+    ///     eprintln!("the callback panicked: {message}");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn panic_message(&self) -> Option<String> {
         self.state.upgrade()?.panic_message()
     }
 
     /// [`Error::CallbackPanicked`] if the closure panicked, else `Ok`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(cb: &HostCallback) -> cuda_graph::Result<()> {
+    /// cb.check()?; // Err(Error::CallbackPanicked(..)) if the closure panicked
+    /// # Ok(()) }
+    /// ```
     pub fn check(&self) -> Result<()> {
         match self.panic_message() {
             Some(m) => Err(Error::CallbackPanicked(m)),

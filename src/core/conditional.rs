@@ -25,6 +25,15 @@ pub struct ConditionalHandle {
 
 impl ConditionalHandle {
     /// The raw 64-bit handle value.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
+    /// let h = b.create_conditional_handle(Some(1))?;
+    /// println!("handle {:#x}", h.raw());
+    /// # Ok(()) }
+    /// ```
     pub fn raw(&self) -> u64 {
         self.raw
     }

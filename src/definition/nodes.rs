@@ -161,11 +161,30 @@ pub struct MemAllocOptions {
 
 impl MemAllocOptions {
     /// The defaults (see the type).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let options = MemAllocOptions::new().on_device(0);
+    /// let (node, alloc) = def.add_mem_alloc_with(&[], 4096, &options)?;
+    /// def.add_mem_free(&[&node], alloc)?;
+    /// # Ok(()) }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Allocates on device `ordinal` instead of the graph's device.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let (node, alloc) = def.add_mem_alloc_with(&[], 4096, &MemAllocOptions::new().on_device(1))?;
+    /// # let _ = (node, alloc);
+    /// # Ok(()) }
+    /// ```
     pub fn on_device(mut self, ordinal: usize) -> Self {
         self.device = Some(ordinal);
         self
@@ -173,6 +192,16 @@ impl MemAllocOptions {
 
     /// Lets device `ordinal` access the memory (`accessDescs`); a later call for the same
     /// device replaces the earlier one.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let options = MemAllocOptions::new().peer_access(1, PeerAccess::ReadWrite);
+    /// let (node, alloc) = def.add_mem_alloc_with(&[], 4096, &options)?;
+    /// # let _ = (node, alloc);
+    /// # Ok(()) }
+    /// ```
     pub fn peer_access(mut self, ordinal: usize, access: PeerAccess) -> Self {
         self.peers.retain(|(o, _)| *o != ordinal);
         self.peers.push((ordinal, access));
@@ -181,22 +210,57 @@ impl MemAllocOptions {
 
     /// Managed (unified) memory instead of pinned device memory (`CU_MEM_ALLOCATION_TYPE_MANAGED`,
     /// CUDA 13).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// let options = MemAllocOptions::new().managed(true); // needs a cuda-13* feature
+    /// assert!(options.is_managed());
+    /// # Ok(()) }
+    /// ```
     pub fn managed(mut self, managed: bool) -> Self {
         self.managed = managed;
         self
     }
 
     /// The device asked for (`None`: the graph's).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// assert_eq!(MemAllocOptions::new().device(), None); // the graph's device
+    /// assert_eq!(MemAllocOptions::new().on_device(2).device(), Some(2));
+    /// # Ok(()) }
+    /// ```
     pub fn device(&self) -> Option<usize> {
         self.device
     }
 
     /// The peers and their access.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// let options = MemAllocOptions::new().peer_access(1, PeerAccess::Read);
+    /// assert_eq!(options.peers(), &[(1, PeerAccess::Read)]);
+    /// # Ok(()) }
+    /// ```
     pub fn peers(&self) -> &[(usize, PeerAccess)] {
         &self.peers
     }
 
     /// Whether managed memory was asked for.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// assert!(!MemAllocOptions::new().is_managed());
+    /// # Ok(()) }
+    /// ```
     pub fn is_managed(&self) -> bool {
         self.managed
     }

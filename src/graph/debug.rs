@@ -50,6 +50,14 @@ pub struct GraphDebugPrintOptions {
 
 impl GraphDebugPrintOptions {
     /// Every flag on.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(ended: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
+    /// ended.debug_dot_print("graph.dot", &GraphDebugPrintOptions::all())?;
+    /// # Ok(()) }
+    /// ```
     pub fn all() -> Self {
         GraphDebugPrintOptions {
             verbose: true,
@@ -72,6 +80,14 @@ impl GraphDebugPrintOptions {
     }
 
     /// The `CUgraphDebugDot_flags` bit set.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// assert_ne!(GraphDebugPrintOptions::all().flags(), 0); // CU_GRAPH_DEBUG_DOT_FLAGS_*
+    /// # Ok(()) }
+    /// ```
     pub fn flags(&self) -> u32 {
         let table = [
             (self.verbose, F::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE),

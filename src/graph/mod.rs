@@ -369,6 +369,17 @@ impl Graph {
     /// Launches of one `Graph` are serialised (CUDA does not synchronise an exec); they run on
     /// the GPU in launch order. Launching into a stream that is capturing is refused: embed the
     /// graph into the capture instead ([`GraphBuilder::embed`](crate::GraphBuilder::embed)).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(graph: &Graph, stream: &Stream) -> cuda_graph::Result<()> {
+    /// for _ in 0..100 {
+    ///     graph.launch(stream)?;
+    /// }
+    /// stream.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         let mut state = lock(&self.state);
         stream.enqueue(|rec| {
@@ -385,6 +396,15 @@ impl Graph {
 
     /// Uploads the graph's work to the device ahead of the first launch (`cuGraphUpload`).
     /// Refused on a capturing stream, as [`launch`](Self::launch).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(graph: &Graph, stream: &Stream) -> cuda_graph::Result<()> {
+    /// graph.upload(stream)?; // the first launch then starts sooner
+    /// graph.launch(stream)?;
+    /// # Ok(()) }
+    /// ```
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         let _state = lock(&self.state);
         stream.enqueue(|rec| {
@@ -470,6 +490,18 @@ impl Graph {
     /// On failure the error names the reason (e.g. [`UpdateFailure::TopologyChanged`]) and the
     /// exec is unchanged: it keeps working as before, with its own operands. On success the exec
     /// keeps `source`'s operands alive.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(graph: &mut Graph, next_step: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
+    /// match graph.update(next_step) {
+    ///     Ok(()) => {}                                   // same topology: parameters taken over
+    ///     Err(Error::Update { reason, .. }) => println!("instantiate again: {reason}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn update(&mut self, source: &impl FinishedGraph) -> Result<()> {
         let graph = source.finished_graph()?;
         let mut state = lock(&self.state);

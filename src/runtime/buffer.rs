@@ -197,6 +197,14 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// Whether the memory is someone else's (made by [`from_raw`](Self::from_raw) or a cudarc
     /// adapter): it is then never freed by this crate.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// assert!(!buf.is_borrowed()); // allocated by this crate
+    /// # Ok(()) }
+    /// ```
     pub fn is_borrowed(&self) -> bool {
         self.alloc.is_borrowed()
     }
@@ -210,26 +218,69 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 
     /// The number of elements.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let buf = device.alloc_zeroed::<f32>(256)?;
+    /// assert_eq!(buf.len(), 256);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Always `false`: zero-length buffers cannot be allocated.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// assert!(!buf.is_empty()); // zero-length buffers cannot be made
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The size in bytes.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let buf = device.alloc_zeroed::<f32>(256)?;
+    /// assert_eq!(buf.byte_len(), 1024);
+    /// # Ok(()) }
+    /// ```
     pub fn byte_len(&self) -> usize {
         self.alloc.bytes
     }
 
     /// The raw device address (`CUdeviceptr`), for passing to other CUDA code.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// println!("at {:#x}", buf.device_ptr()); // a CUdeviceptr
+    /// # Ok(()) }
+    /// ```
     pub fn device_ptr(&self) -> u64 {
         self.alloc.ptr
     }
 
     /// The device the buffer lives on.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// let stream = buf.device().create_stream()?;
+    /// # let _ = stream;
+    /// # Ok(()) }
+    /// ```
     pub fn device(&self) -> Device {
         Device::from_ctx(&self.alloc.ctx)
     }
@@ -307,6 +358,14 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 
     /// How many handles (this one, graphs, execs) share the allocation. For tests and diagnostics.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// println!("{} holders of the allocation", buf.share_count());
+    /// # Ok(()) }
+    /// ```
     pub fn share_count(&self) -> usize {
         Arc::strong_count(&self.alloc)
     }

@@ -39,6 +39,14 @@ impl std::fmt::Debug for Device {
 
 impl Device {
     /// The number of CUDA devices. Fails with [`Error::DriverNotFound`] without a driver.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// println!("{} CUDA device(s)", Device::count()?);
+    /// # Ok(()) }
+    /// ```
     pub fn count() -> Result<usize> {
         driver::loaded()?;
         let n = driver::device::count()?;
@@ -49,6 +57,15 @@ impl Device {
     ///
     /// Fails with [`Error::DriverNotFound`] without a driver and [`Error::InvalidDevice`] for an
     /// ordinal past [`Device::count`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// let device = Device::new(0)?; // Error::DriverNotFound without a driver
+    /// println!("{}", device.name()?);
+    /// # Ok(()) }
+    /// ```
     pub fn new(ordinal: usize) -> Result<Device> {
         let count = Self::count()?;
         if ordinal >= count {
@@ -65,11 +82,27 @@ impl Device {
     }
 
     /// The device's ordinal.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// assert_eq!(Device::new(device.ordinal())?.ordinal(), device.ordinal());
+    /// # Ok(()) }
+    /// ```
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal
     }
 
     /// The device's name, e.g. `NVIDIA H200`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// println!("{}", device.name()?); // e.g. NVIDIA H200
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> Result<String> {
         let mut buf = [0 as std::ffi::c_char; 256];
         driver::device::name(&mut buf, self.ctx.device)?;
@@ -84,6 +117,15 @@ impl Device {
     }
 
     /// The compute capability as `(major, minor)`, e.g. `(9, 0)` for Hopper.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let (major, minor) = device.compute_capability()?;
+    /// println!("sm_{major}{minor}");
+    /// # Ok(()) }
+    /// ```
     pub fn compute_capability(&self) -> Result<(u32, u32)> {
         use sys::CUdevice_attribute::*;
         let major = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
@@ -92,6 +134,15 @@ impl Device {
     }
 
     /// Creates a new non-blocking stream on this device.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let stream = device.create_stream()?;
+    /// stream.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     pub fn create_stream(&self) -> Result<Stream> {
         Ok(Stream {
             handle: StreamHandle::new(&self.ctx)?,
@@ -113,6 +164,16 @@ impl Device {
     }
 
     /// Creates an event (timing disabled).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device, stream: &Stream) -> cuda_graph::Result<()> {
+    /// let done = device.create_event()?;
+    /// stream.record(&done)?;
+    /// done.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     pub fn create_event(&self) -> Result<Event> {
         Ok(Event {
             handle: EventHandle::new(&self.ctx)?,
@@ -137,6 +198,15 @@ impl Device {
     ///
     /// A zero length, or a size that overflows `usize`, is an [`Error::InvalidArgument`]; an
     /// allocation the device cannot hold is the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let buf = device.alloc_zeroed::<u32>(1024)?;
+    /// assert_eq!(buf.to_vec()?, vec![0; 1024]);
+    /// # Ok(()) }
+    /// ```
     pub fn alloc_zeroed<T: DeviceCopy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         let bytes = super::pinned::byte_size::<T>(len, "device buffer")?;
         Ok(DeviceBuffer::new(
@@ -164,6 +234,15 @@ impl Device {
     /// Allocates a device buffer holding a copy of `data`: [`alloc_zeroed`](Self::alloc_zeroed)
     /// then [`DeviceBuffer::copy_from`]. It waits for its own zeroing and copy only (on a private
     /// stream of the context), not for other work, so it works while other streams capture.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let buf = device.htod(&[1.0f32, 2.0, 3.0])?;
+    /// assert_eq!(buf.to_vec()?, [1.0, 2.0, 3.0]);
+    /// # Ok(()) }
+    /// ```
     pub fn htod<T: DeviceCopy>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
         let buf = self.alloc_zeroed::<T>(data.len())?;
         buf.copy_from(data)?;
@@ -179,6 +258,17 @@ impl Device {
     /// else that is neither ELF nor fatbin is passed as PTX text (NUL-terminated for the driver),
     /// so a bad image gives the driver's error, e.g.
     /// `cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed`.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let image = std::fs::read("kernels.fatbin").map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    /// let module = device.load_module(&image)?;
+    /// let k = module.function("add_one")?;
+    /// # let _ = k;
+    /// # Ok(()) }
+    /// ```
     pub fn load_module(&self, image: &[u8]) -> Result<Module> {
         let aligned = super::image::prepare_image(image)?;
         // `aligned` is a u64 buffer, so the image is 8-byte aligned as fatbins require.
@@ -337,6 +427,14 @@ impl Device {
     }
 
     /// Blocks until all work on this device is done.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// device.synchronize()?; // every stream of the device
+    /// # Ok(()) }
+    /// ```
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: the context is current.

@@ -119,6 +119,15 @@ impl Event {
     }
 
     /// Blocks until the work recorded before this event has completed.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, event: &Event) -> cuda_graph::Result<()> {
+    /// stream.record(event)?;
+    /// event.synchronize()?; // the host waits for the work recorded before it
+    /// # Ok(()) }
+    /// ```
     pub fn synchronize(&self) -> Result<()> {
         self.handle.ctx.bind()?;
         driver::event::synchronize(&self.handle)
@@ -186,6 +195,17 @@ impl Event {
     }
 
     /// Whether the work recorded before this event has completed.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, event: &Event) -> cuda_graph::Result<()> {
+    /// stream.record(event)?;
+    /// while !event.is_complete()? {
+    ///     std::thread::yield_now();
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_complete(&self) -> Result<bool> {
         self.handle.ctx.bind()?;
         match driver::event::query(&self.handle) {

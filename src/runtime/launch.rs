@@ -110,33 +110,93 @@ impl std::fmt::Debug for KernelArgs {
 
 impl KernelArgs {
     /// No arguments.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// let args = KernelArgs::new().arg(buf).arg(16i32);
+    /// assert_eq!(args.len(), 2);
+    /// # Ok(()) }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Appends an argument.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// let args = KernelArgs::new().arg(buf).arg(buf.len() as i32).arg(0.5f32);
+    /// # let _ = args;
+    /// # Ok(()) }
+    /// ```
     pub fn arg(mut self, value: impl KernelArg) -> Self {
         value.push_to(&mut self);
         self
     }
 
     /// Appends an argument in place.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(bufs: &[DeviceBuffer<f32>]) -> cuda_graph::Result<()> {
+    /// let mut args = KernelArgs::new();
+    /// for b in bufs {
+    ///     args.push(b);
+    /// }
+    /// args.push(bufs.len() as i32);
+    /// # Ok(()) }
+    /// ```
     pub fn push(&mut self, value: impl KernelArg) -> &mut Self {
         value.push_to(self);
         self
     }
 
     /// The number of arguments.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// assert_eq!(KernelArgs::new().arg(1u32).arg(2u64).len(), 2);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.values.len()
     }
 
     /// Whether there are no arguments.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// assert!(KernelArgs::new().is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }
 
     /// Appends the bytes of a plain value, stored with `T`'s alignment.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f() -> cuda_graph::Result<()> {
+    /// #[derive(Clone, Copy)]
+    /// #[repr(C)]
+    /// struct Params { n: u32, scale: f32 }
+    /// // SAFETY: plain numbers, `#[repr(C)]`, the kernel's `struct Params { unsigned n; float scale; }`.
+    /// unsafe impl DeviceCopy for Params {}
+    /// let mut args = KernelArgs::new();
+    /// args.push_value(Params { n: 4, scale: 0.5 });
+    /// # Ok(()) }
+    /// ```
     pub fn push_value<T: DeviceCopy>(&mut self, value: T) {
         self.values.push(ArgValue::new(value));
     }

@@ -68,6 +68,15 @@ impl Module {
     }
 
     /// Looks up an `extern "C"` kernel by name; [`Error::FunctionNotFound`] if there is none.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(module: &Module) -> cuda_graph::Result<()> {
+    /// let add_one = module.function("add_one")?; // Error::FunctionNotFound if absent
+    /// # let _ = add_one;
+    /// # Ok(()) }
+    /// ```
     pub fn function(&self, name: &str) -> Result<Function> {
         let cname = CString::new(name)
             .map_err(|_| Error::InvalidArgument(format!("kernel name {name:?} contains a NUL")))?;
@@ -159,6 +168,14 @@ impl Function {
     }
 
     /// The kernel's name.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(module: &Module) -> cuda_graph::Result<()> {
+    /// assert_eq!(module.function("add_one")?.name(), "add_one");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -148,12 +148,30 @@ impl Stream {
     }
 
     /// The device the stream belongs to.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream) -> cuda_graph::Result<()> {
+    /// let buf = stream.device().alloc_zeroed::<u8>(64)?;
+    /// # let _ = buf;
+    /// # Ok(()) }
+    /// ```
     pub fn device(&self) -> Device {
         Device::from_ctx(&self.handle.ctx)
     }
 
     /// Blocks until all work on the stream is done. (While the stream is capturing this
     /// invalidates the capture, which `end_building` then reports.)
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, buf: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
+    /// stream.memset_d8(buf, 1)?;
+    /// stream.synchronize()?; // the memset is done
+    /// # Ok(()) }
+    /// ```
     pub fn synchronize(&self) -> Result<()> {
         self.handle.ctx.bind()?;
         driver::stream::synchronize(&self.handle)
@@ -163,6 +181,16 @@ impl Stream {
     ///
     /// Recorded on a capturing stream, the event marks a point of the capture: a stream that
     /// [`wait`](Self::wait)s on it joins the capture (this is how forks work).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, other: &Stream) -> cuda_graph::Result<()> {
+    /// let event = stream.device().create_event()?;
+    /// stream.record(&event)?;
+    /// other.wait(&event)?; // `other`'s later work runs after `stream`'s work so far
+    /// # Ok(()) }
+    /// ```
     pub fn record(&self, event: &Event) -> Result<()> {
         self.enqueue(|rec| {
             // SAFETY: both handles are live and belong to this context.
@@ -178,6 +206,16 @@ impl Stream {
     /// If `event` was recorded into a capture that is still recording, this stream joins that
     /// capture: its later work is recorded into the graph too, until the capture ends. (The
     /// capture cannot end until the joined stream's work is joined back into it.)
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, other: &Stream) -> cuda_graph::Result<()> {
+    /// let event = stream.device().create_event()?;
+    /// stream.record(&event)?;
+    /// other.wait(&event)?;
+    /// # Ok(()) }
+    /// ```
     pub fn wait(&self, event: &Event) -> Result<()> {
         let joins = lock(&event.handle.recorded_in).clone();
         let wait = || {
@@ -209,6 +247,16 @@ impl Stream {
     }
 
     /// Whether the stream is capturing now (an invalidated capture counts).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream) -> cuda_graph::Result<()> {
+    /// let b = stream.create_graph_builder().begin_building(Relaxed)?;
+    /// assert!(stream.is_capturing()?);
+    /// b.end_building()?;
+    /// # Ok(()) }
+    /// ```
     pub fn is_capturing(&self) -> Result<bool> {
         Ok(self.handle.capture_status()? != CaptureStatus::None)
     }
@@ -272,6 +320,16 @@ impl Stream {
     /// # Safety
     /// `args` must match the kernel's parameter list in number, order and type, and the kernel
     /// must only access memory that is valid for it (in bounds of the buffers it is given).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, add_one: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// // SAFETY: add_one takes one int*, and `buf` holds it.
+    /// unsafe { stream.launch(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// stream.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn launch(
         &self,
         function: &Function,
@@ -533,6 +591,14 @@ impl Stream {
     }
 
     /// Sets every byte of `buf` to `value` (asynchronous; capturable).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, buf: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
+    /// stream.memset_d8(buf, 0)?;
+    /// # Ok(()) }
+    /// ```
     pub fn memset_d8<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u8) -> Result<()> {
         self.same_context(buf)?;
         self.enqueue(|rec| {
@@ -548,6 +614,14 @@ impl Stream {
 
     /// Sets every 32-bit word of `buf` to `value` (asynchronous; capturable). The buffer's byte
     /// length must be a multiple of 4.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// stream.memset_d32(buf, 1.0f32.to_bits())?; // every element 1.0
+    /// # Ok(()) }
+    /// ```
     pub fn memset_d32<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u32) -> Result<()> {
         self.same_context(buf)?;
         if !buf.byte_len().is_multiple_of(4) {
@@ -572,6 +646,14 @@ impl Stream {
     }
 
     /// Copies `src` into `dst` (asynchronous; capturable). The lengths must match.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, dst: &DeviceBuffer<i32>, src: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// stream.memcpy_dtod(dst, src)?; // same length
+    /// # Ok(()) }
+    /// ```
     pub fn memcpy_dtod<T: DeviceCopy>(
         &self,
         dst: &DeviceBuffer<T>,
@@ -606,6 +688,14 @@ impl Stream {
     /// Copies host `data` into `dst`, ordered on this stream. The host slice is read before the
     /// call returns. Refused while the stream is capturing: a captured copy would keep reading
     /// `data` at every launch, long after the borrow ended.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, dst: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// stream.memcpy_htod(dst, &[1, 2, 3, 4])?; // dst.len() == 4
+    /// # Ok(()) }
+    /// ```
     pub fn memcpy_htod<T: DeviceCopy>(&self, dst: &DeviceBuffer<T>, data: &[T]) -> Result<()> {
         self.same_context(dst)?;
         if data.len() != dst.len() {
