@@ -29,9 +29,9 @@ for line in sys.stdin:
 # Tests and examples with the `cudarc` and `nvrtc` features: the adapters' GPU tests,
 # examples/cublas_capture.rs, the NVRTC tests and examples/quickstart.rs exist only with them.
 {
-  exes test --release --no-run --tests --features cudarc,nvrtc
+  exes test --release --no-run --tests --features cudarc,nvrtc,half
   exes bench --no-run
-  exes build --release --examples --features cudarc,nvrtc
+  exes build --release --examples --features cudarc,nvrtc,half
 } | sort -u | while read -r kind name path; do
   [ "$kind $name" = "test ui" ] && continue  # trybuild needs cargo; CI runs it
   case "$kind" in

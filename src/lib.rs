@@ -31,6 +31,8 @@
 //!
 //! The feature `cudarc` (off by default) adds safe adapters for cudarc's own types — captures on
 //! a `CudaStream`, `CudaSlice`s as buffers, `CudaFunction`s as kernels — in `interop::cudarc`.
+//! The feature `nvrtc` compiles CUDA C++ at run time (`Device::compile`, with NVRTC opened when
+//! first used), and `half` makes `half::f16` and `half::bf16` [`DeviceCopy`].
 //!
 //! ## Example
 //! ```no_run

@@ -56,6 +56,18 @@ use crate::error::{Error, Result};
 /// aligned on the device (and host copies go through `Vec<Self>` / `&[Self]`, aligned for the
 /// type). Zero-sized types cannot be allocated on the device and match no kernel parameter.
 ///
+/// Implemented here for the primitive numbers (`u8` … `u64`, `i8` … `i64`, `usize`, `isize`,
+/// `f32`, `f64`), for arrays `[T; N]` of `DeviceCopy` elements, and with the `half` feature for
+/// `half::f16` and `half::bf16` (CUDA's `__half`, `__nv_bfloat16`). `bool` is not `DeviceCopy` (a
+/// byte read back from the device need not be 0 or 1), but it is a kernel argument
+/// ([`KernelArg`](crate::KernelArg)): a C++ `bool`, one byte, 0 or 1.
+///
+/// ```
+/// use cuda_graph::KernelArgs;
+/// let args = KernelArgs::new().arg(42usize).arg([1.0f32, 2.0, 3.0, 4.0]).arg(true);
+/// assert_eq!(args.len(), 3);
+/// ```
+///
 /// [`KernelArgs::push_value`]: crate::KernelArgs::push_value
 pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
 
@@ -65,7 +77,19 @@ macro_rules! device_copy {
         unsafe impl DeviceCopy for $t {}
     )* };
 }
-device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, usize, isize, f32, f64);
+
+// SAFETY: an array of `DeviceCopy` elements has no padding between them, the C layout of
+// `T[N]`, and every bit pattern of each element is valid.
+unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
+
+// SAFETY: IEEE half and bfloat16 are 16-bit patterns, every one valid (`half` stores them as
+// `u16`, `#[repr(transparent)]`), the layout of CUDA's `__half` and `__nv_bfloat16`.
+#[cfg(feature = "half")]
+unsafe impl DeviceCopy for half::f16 {}
+// SAFETY: as above.
+#[cfg(feature = "half")]
+unsafe impl DeviceCopy for half::bf16 {}
 
 /// A typed allocation in device memory, freed when the last owner lets go.
 ///

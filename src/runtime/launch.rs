@@ -307,6 +307,13 @@ impl<T: DeviceCopy> KernelArg for T {
     }
 }
 
+/// A C++ `bool` parameter: one byte, 0 or 1.
+impl KernelArg for bool {
+    fn push_to(&self, args: &mut KernelArgs) {
+        args.push_value(u8::from(*self));
+    }
+}
+
 impl<T: DeviceCopy> KernelArg for &DeviceBuffer<T> {
     fn push_to(&self, args: &mut KernelArgs) {
         args.push_value(self.device_ptr());
@@ -323,6 +330,39 @@ impl<T: DeviceCopy> KernelArg for &mut DeviceBuffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wider_argument_types_are_stored_as_their_c_types() {
+        let args = KernelArgs::new()
+            .arg(true)
+            .arg(false)
+            .arg(usize::MAX)
+            .arg(-3isize)
+            .arg([1u32, 2, 3]);
+        let p = args.pointers();
+        // SAFETY: each pointer points at the value stored for it, of the C type named.
+        unsafe {
+            assert_eq!(*(p[0] as *const u8), 1);
+            assert_eq!(*(p[1] as *const u8), 0);
+            assert_eq!(*(p[2] as *const usize), usize::MAX);
+            assert_eq!(*(p[3] as *const isize), -3);
+            assert_eq!(*(p[4] as *const [u32; 3]), [1, 2, 3]);
+        }
+    }
+
+    #[cfg(feature = "half")]
+    #[test]
+    fn half_floats_are_their_16_bits() {
+        let args = KernelArgs::new()
+            .arg(half::f16::from_f32(1.5))
+            .arg(half::bf16::from_f32(-2.0));
+        let p = args.pointers();
+        // SAFETY: each pointer points at the 2-byte value stored for it.
+        unsafe {
+            assert_eq!(*(p[0] as *const u16), half::f16::from_f32(1.5).to_bits());
+            assert_eq!(*(p[1] as *const u16), half::bf16::from_f32(-2.0).to_bits());
+        }
+    }
 
     #[test]
     fn filled_pointers_are_null_on_the_stack_or_spilled() {
