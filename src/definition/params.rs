@@ -41,6 +41,7 @@ use crate::HostCallback;
 /// def.set_params(&clear, NodeParams::memset(buf, 7i32)?)?; // now it sets 7
 /// # Ok(()) }
 /// ```
+#[must_use = "parameters do nothing until passed to `set_params`"]
 pub struct NodeParams<K: NodeKind> {
     pub(crate) raw: RawParams,
     /// What the parameters use.

@@ -71,6 +71,7 @@ impl GraphCompleteOptions {
 /// handle are dropped. Dropping it never waits: the exec, the graph it was instantiated from and
 /// what it held are released on a background thread once its last launch has finished.
 /// `Send + Sync`.
+#[must_use = "an executable graph does nothing until it is launched"]
 pub struct Graph {
     exec: ExecHandle,
     /// The graphs of successful updates: the exec may use their operands.
@@ -676,6 +677,7 @@ impl Drop for DeviceLaunchKeep {
 /// A graph whose kernel takes it keeps the exec alive for as long as that graph and its execs
 /// live, even after the [`Graph`] is dropped. `Clone`, `Send + Sync`.
 #[derive(Clone)]
+#[must_use = "a device handle does nothing until a kernel takes it as an argument"]
 pub struct DeviceGraph {
     raw: u64,
     keep: Arc<DeviceLaunchKeep>,

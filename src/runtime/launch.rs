@@ -133,6 +133,7 @@ impl KernelArgs {
     /// # let _ = args;
     /// # Ok(()) }
     /// ```
+    #[must_use = "`arg` returns the arguments with the new one; use `push` to add in place"]
     pub fn arg(mut self, value: impl KernelArg) -> Self {
         value.push_to(&mut self);
         self

@@ -420,7 +420,7 @@ fn foreign_handle_is_an_error(gpu: &Gpu) -> TestResult {
     }
     body.end_building()?;
     drop(p2);
-    p1.end_building()?.complete(&Default::default())?;
+    let _ = p1.end_building()?.complete(&Default::default())?;
     Ok(())
 }
 
