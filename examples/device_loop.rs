@@ -81,10 +81,9 @@ fn run() -> cuda_graph::Result<()> {
         }
         body.end_building()?;
     }
-    let graph = parent.end_building()?.complete(&GraphCompleteOptions {
-        upload_stream: Some(stream.clone()),
-        ..Default::default()
-    })?;
+    let graph = parent
+        .end_building()?
+        .complete(&GraphCompleteOptions::new().upload_on(&stream))?;
     stream.synchronize()?;
     let t = Instant::now();
     graph.launch(&stream)?;

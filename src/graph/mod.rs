@@ -19,21 +19,136 @@ pub use cache::{CacheOutcome, GraphCache};
 pub(crate) use debug::dot_print;
 pub use debug::GraphDebugPrintOptions;
 
-/// Options for instantiating a graph (`CUgraphInstantiate_flags`). All off by default.
+/// Options for instantiating a graph (`CUgraphInstantiate_flags`). All off by default: start
+/// from [`GraphCompleteOptions::new`] (or `default()`) and turn on what you need, so that a flag
+/// a newer CUDA adds is a new setter, not a breaking change.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(ended: &GraphBuilder<Primary, Ended>, stream: &Stream) -> cuda_graph::Result<()> {
+/// let options = GraphCompleteOptions::new()
+///     .auto_free_on_launch(true)
+///     .upload_on(stream);
+/// let graph = ended.complete(&options)?;
+/// assert!(options.is_auto_free_on_launch());
+/// # let _ = graph;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct GraphCompleteOptions {
+    auto_free_on_launch: bool,
+    upload_stream: Option<Stream>,
+    device_launch: bool,
+    use_node_priority: bool,
+}
+
+impl GraphCompleteOptions {
+    /// Every option off (the same as `default()`).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(ended: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
+    /// let graph = ended.complete(&GraphCompleteOptions::new())?;
+    /// # let _ = graph;
+    /// # Ok(()) }
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: free memory allocated by the graph's
     /// allocation nodes that is still unfreed when the graph is launched again.
-    pub auto_free_on_launch: bool,
-    /// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`: upload the exec on this stream as part of
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// let options = GraphCompleteOptions::new().auto_free_on_launch(true);
+    /// ```
+    #[must_use = "the setter returns the changed options"]
+    pub fn auto_free_on_launch(mut self, on: bool) -> Self {
+        self.auto_free_on_launch = on;
+        self
+    }
+
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`: upload the exec on `stream` as part of
     /// instantiation, so the first launch does not pay for it.
-    pub upload_stream: Option<Stream>,
-    /// `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`: make the exec launchable from device code.
-    /// The driver restricts which nodes such a graph may hold.
-    pub device_launch: bool,
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(stream: &Stream) {
+    /// let options = GraphCompleteOptions::new().upload_on(stream);
+    /// # }
+    /// ```
+    #[must_use = "the setter returns the changed options"]
+    pub fn upload_on(mut self, stream: &Stream) -> Self {
+        self.upload_stream = Some(stream.clone());
+        self
+    }
+
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`: make the exec launchable from device code
+    /// ([`Graph::device_handle`]). The driver restricts which nodes such a graph may hold.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// let options = GraphCompleteOptions::new().device_launch(true);
+    /// ```
+    #[must_use = "the setter returns the changed options"]
+    pub fn device_launch(mut self, on: bool) -> Self {
+        self.device_launch = on;
+        self
+    }
+
     /// `CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY`: launch each kernel node with its own
     /// priority attribute instead of the launch stream's.
-    pub use_node_priority: bool,
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// let options = GraphCompleteOptions::new().use_node_priority(true);
+    /// ```
+    #[must_use = "the setter returns the changed options"]
+    pub fn use_node_priority(mut self, on: bool) -> Self {
+        self.use_node_priority = on;
+        self
+    }
+
+    /// Whether unfreed graph allocations are freed at the next launch.
+    ///
+    /// ```
+    /// # use cuda_graph::prelude::*;
+    /// assert!(!GraphCompleteOptions::new().is_auto_free_on_launch());
+    /// ```
+    pub fn is_auto_free_on_launch(&self) -> bool {
+        self.auto_free_on_launch
+    }
+
+    /// The stream the exec is uploaded on at instantiation, if any.
+    ///
+    /// ```
+    /// # use cuda_graph::prelude::*;
+    /// assert!(GraphCompleteOptions::new().upload_stream().is_none());
+    /// ```
+    pub fn upload_stream(&self) -> Option<&Stream> {
+        self.upload_stream.as_ref()
+    }
+
+    /// Whether the exec is made launchable from device code.
+    ///
+    /// ```
+    /// # use cuda_graph::prelude::*;
+    /// assert!(GraphCompleteOptions::new().device_launch(true).is_device_launch());
+    /// ```
+    pub fn is_device_launch(&self) -> bool {
+        self.device_launch
+    }
+
+    /// Whether kernel nodes launch with their own priority.
+    ///
+    /// ```
+    /// # use cuda_graph::prelude::*;
+    /// assert!(!GraphCompleteOptions::new().is_use_node_priority());
+    /// ```
+    pub fn is_use_node_priority(&self) -> bool {
+        self.use_node_priority
+    }
 }
 
 impl GraphCompleteOptions {
@@ -435,7 +550,7 @@ impl Graph {
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # fn f(inner: &GraphDefinition, outer: &GraphDefinition, launcher: &Function) -> cuda_graph::Result<()> {
-    /// let options = GraphCompleteOptions { device_launch: true, ..Default::default() };
+    /// let options = GraphCompleteOptions::new().device_launch(true);
     /// let child = inner.instantiate(&options)?;
     /// let args = KernelArgs::new().arg(child.device_handle()?);
     /// // SAFETY: `launcher(cudaGraphExec_t g)` calls cudaGraphLaunch(g, cudaStreamGraphFireAndForget).
@@ -446,7 +561,7 @@ impl Graph {
         let mut state = lock(&self.state);
         if !state.device_launch {
             return Err(Error::InvalidArgument(
-                "this exec was not instantiated for device launch: instantiate it with GraphCompleteOptions { device_launch: true, .. }".into(),
+                "this exec was not instantiated for device launch: instantiate it with GraphCompleteOptions::new().device_launch(true)".into(),
             ));
         }
         let keep = match &state.device_keep {

@@ -307,29 +307,17 @@ fn each_complete_option(gpu: &Gpu) -> TestResult {
     let ended = capture_add_one(gpu, &buf)?;
     let s = gpu.stream();
     let options = [
-        GraphCompleteOptions {
-            auto_free_on_launch: true,
-            ..Default::default()
-        },
-        GraphCompleteOptions {
-            upload_stream: Some(gpu.stream()),
-            ..Default::default()
-        },
-        GraphCompleteOptions {
-            device_launch: true,
-            ..Default::default()
-        },
-        GraphCompleteOptions {
-            use_node_priority: true,
-            ..Default::default()
-        },
+        GraphCompleteOptions::new().auto_free_on_launch(true),
+        GraphCompleteOptions::new().upload_on(&gpu.stream()),
+        GraphCompleteOptions::new().device_launch(true),
+        GraphCompleteOptions::new().use_node_priority(true),
     ];
     for (i, o) in options.iter().enumerate() {
         let g = ended.complete(o).map_err(|e| format!("option {i}: {e}"))?;
-        if let Some(up) = &o.upload_stream {
+        if let Some(up) = o.upload_stream() {
             up.synchronize()?;
         }
-        if o.device_launch {
+        if o.is_device_launch() {
             g.upload(&s)?;
         }
         g.launch(&s).map_err(|e| format!("option {i}: {e}"))?;

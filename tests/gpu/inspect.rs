@@ -405,10 +405,7 @@ fn device_launch_runs_a_graph_from_a_kernel(gpu: &Gpu) -> TestResult {
         Err(Error::InvalidArgument(_))
     ));
     drop(plain);
-    let options = GraphCompleteOptions {
-        device_launch: true,
-        ..Default::default()
-    };
+    let options = GraphCompleteOptions::new().device_launch(true);
     let mut inner = inner_def.instantiate(&options)?;
     let handle = inner.device_handle()?;
     assert_eq!(handle.raw(), inner.device_handle()?.raw());

@@ -500,10 +500,7 @@ fn unfreed_graph_allocation_is_freed_with_its_exec(gpu: &Gpu) -> TestResult {
             )?
         };
         let _no_free_node = scratch;
-        let options = GraphCompleteOptions {
-            auto_free_on_launch: auto_free,
-            ..Default::default()
-        };
+        let options = GraphCompleteOptions::new().auto_free_on_launch(auto_free);
         let g = def.instantiate(&options)?;
         let s = gpu.stream();
         g.launch(&s)?;

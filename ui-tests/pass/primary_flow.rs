@@ -10,7 +10,7 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::R
     let ended = builder.end_building()?;
     ended.debug_dot_print("/tmp/g.dot", &GraphDebugPrintOptions::all())?;
     let mut graph = ended.complete(&GraphCompleteOptions::default())?;
-    let again = ended.complete(&GraphCompleteOptions { use_node_priority: true, ..Default::default() })?;
+    let again = ended.complete(&GraphCompleteOptions::new().use_node_priority(true))?;
     let stream = device.create_stream()?;
     graph.launch(&stream)?;
     again.upload(&stream)?;
