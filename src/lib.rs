@@ -88,7 +88,8 @@ pub use definition::{
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
 pub use graph::{
-    CacheOutcome, DeviceGraph, Graph, GraphCache, GraphCompleteOptions, GraphDebugPrintOptions,
+    CacheOutcome, DeviceGraph, DotDetail, Graph, GraphCache, GraphCompleteOptions,
+    GraphDebugPrintOptions,
 };
 pub use runtime::{
     Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function, GraphMemoryUsage, KernelArg,
@@ -99,9 +100,9 @@ pub use runtime::{
 pub mod prelude {
     pub use crate::{
         driver_version, CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Device,
-        DeviceBuffer, DeviceCopy, DriverVersion, Ended, Error, Event, Forked, Function, Global,
-        Graph, GraphBuilder, GraphCompleteOptions, GraphDebugPrintOptions, HostCallback, KernelArg,
-        KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
+        DeviceBuffer, DeviceCopy, DotDetail, DriverVersion, Ended, Error, Event, Forked, Function,
+        Global, Graph, GraphBuilder, GraphCompleteOptions, GraphDebugPrintOptions, HostCallback,
+        KernelArg, KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
         ThreadLocal,
     };
     pub use crate::{

@@ -17,7 +17,7 @@ mod debug;
 mod nodes;
 pub use cache::{CacheOutcome, GraphCache};
 pub(crate) use debug::dot_print;
-pub use debug::GraphDebugPrintOptions;
+pub use debug::{DotDetail, GraphDebugPrintOptions};
 
 /// Options for instantiating a graph (`CUgraphInstantiate_flags`). All off by default: start
 /// from [`GraphCompleteOptions::new`] (or `default()`) and turn on what you need, so that a flag
