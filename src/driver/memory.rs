@@ -21,6 +21,9 @@ pub(crate) struct DeviceAlloc {
     pub(crate) ordered: Option<Ordered>,
     /// For memory the caller owns: what keeps it allocated. `None` for memory allocated here.
     owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// For a part of another allocation (`DeviceBuffer::slice`): that allocation, kept alive and
+    /// freed by its own handle.
+    parent: Option<Arc<DeviceAlloc>>,
 }
 
 impl std::fmt::Debug for DeviceAlloc {
@@ -28,14 +31,15 @@ impl std::fmt::Debug for DeviceAlloc {
         f.debug_struct("DeviceAlloc")
             .field("ptr", &format_args!("{:#x}", self.ptr))
             .field("bytes", &self.bytes)
-            .field("borrowed", &self.owner.is_some())
+            .field("borrowed", &self.is_borrowed())
+            .field("part_of", &self.parent.as_ref().map(|p| p.ptr))
             .field("stream_ordered", &self.ordered.is_some())
             .finish()
     }
 }
 
 /// Where a stream-ordered allocation (`cuMemAllocAsync`) is ordered.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Ordered {
     /// The stream it was allocated on, and is freed on (`cuMemFreeAsync`).
     pub(crate) stream: Arc<StreamHandle>,
@@ -57,6 +61,7 @@ impl DeviceAlloc {
             bytes,
             ordered: None,
             owner: None,
+            parent: None,
         });
         // Zeroed on the context's private setup stream, and waited for, so the zeroes are there
         // for any stream — without synchronising the context (refused while streams capture).
@@ -86,12 +91,36 @@ impl DeviceAlloc {
             bytes,
             ordered: None,
             owner: Some(owner),
+            parent: None,
         })
     }
 
-    /// Whether the memory is the caller's (made by [`borrowed`](Self::borrowed)).
+    /// Bytes `offset..offset + bytes` of `parent`, as an allocation of their own that keeps
+    /// `parent` alive and is ordered as it is (a stream-ordered parent's part stays on its
+    /// stream). `None` if the range is not inside `parent`.
+    pub(crate) fn part(
+        parent: &Arc<DeviceAlloc>,
+        offset: usize,
+        bytes: usize,
+    ) -> Option<Arc<Self>> {
+        let end = offset.checked_add(bytes)?;
+        if bytes == 0 || end > parent.bytes {
+            return None;
+        }
+        Some(Arc::new(DeviceAlloc {
+            ctx: parent.ctx.clone(),
+            ptr: parent.ptr.checked_add(offset as u64)?,
+            bytes,
+            ordered: parent.ordered.clone(),
+            owner: None,
+            parent: Some(parent.clone()),
+        }))
+    }
+
+    /// Whether the memory is the caller's (made by [`borrowed`](Self::borrowed), or a part of
+    /// such memory).
     pub(crate) fn is_borrowed(&self) -> bool {
-        self.owner.is_some()
+        self.owner.is_some() || self.parent.as_ref().is_some_and(|p| p.is_borrowed())
     }
 }
 
@@ -119,6 +148,7 @@ impl DeviceAlloc {
                 ready: ready.clone(),
             }),
             owner: None,
+            parent: None,
         });
         // SAFETY: `ptr` holds `bytes` bytes from the allocation just queued before it on the
         // same stream.
@@ -158,8 +188,9 @@ impl DeviceAlloc {
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        if self.owner.is_some() {
-            // The caller's memory: its owner (dropped after this) frees it, or not.
+        if self.owner.is_some() || self.parent.is_some() {
+            // The caller's memory: its owner (dropped after this) frees it, or not. A part of
+            // another allocation: that allocation's handle frees it.
             return;
         }
         match self.ordered.take() {

@@ -75,13 +75,14 @@
 //! }
 //! ```
 
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
 
 use crate::driver;
 use crate::driver::stream::CaptureStatus;
+use crate::runtime::buffer_bounds as bounds;
 use crate::{Device, DeviceBuffer, DeviceCopy, Error, Function, Result, Stream};
 
 impl From<cudarc::driver::DriverError> for Error {
@@ -218,28 +219,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 }
 
-/// `range` within `0..len` as `(start, end)`, non-empty.
-fn bounds(range: &impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
-    let start = match range.start_bound() {
-        Bound::Included(&s) => Some(s),
-        Bound::Excluded(&s) => s.checked_add(1),
-        Bound::Unbounded => Some(0),
-    };
-    let end = match range.end_bound() {
-        Bound::Included(&e) => e.checked_add(1),
-        Bound::Excluded(&e) => Some(e),
-        Bound::Unbounded => Some(len),
-    };
-    match (start, end) {
-        (Some(s), Some(e)) if s < e && e <= len => Ok((s, e)),
-        _ => Err(Error::InvalidArgument(format!(
-            "the range {:?}..{:?} is empty or out of the slice's {len} elements",
-            range.start_bound(),
-            range.end_bound()
-        ))),
-    }
-}
-
 /// The slice's device address, read through cudarc's `DevicePtr` on the slice's own stream.
 /// With event tracking on, that waits on and records the slice's events there, which is refused
 /// while that stream captures (it would invalidate the capture).
@@ -289,6 +268,7 @@ impl Function {
 mod tests {
     use super::*;
     use cudarc::driver::sys::CUresult;
+    use std::ops::Bound;
 
     /// The README's "With cudarc" example is this module's doctest, line for line (README code
     /// is not compiled by itself: this keeps it compiling).

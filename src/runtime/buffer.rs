@@ -126,6 +126,32 @@ impl<T: DeviceCopy> Clone for DeviceBuffer<T> {
 /// The byte length of `len` elements of `T` at device address `ptr`, if they can form a buffer:
 /// `T` is not zero-sized, `len > 0`, `ptr` is not null and aligned for `T`, and the range does not
 /// overflow.
+/// `range` within `0..len` as `(start, end)`, non-empty.
+pub(crate) fn bounds(
+    range: &impl std::ops::RangeBounds<usize>,
+    len: usize,
+) -> Result<(usize, usize)> {
+    use std::ops::Bound;
+    let start = match range.start_bound() {
+        Bound::Included(&s) => Some(s),
+        Bound::Excluded(&s) => s.checked_add(1),
+        Bound::Unbounded => Some(0),
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.checked_add(1),
+        Bound::Excluded(&e) => Some(e),
+        Bound::Unbounded => Some(len),
+    };
+    match (start, end) {
+        (Some(s), Some(e)) if s < e && e <= len => Ok((s, e)),
+        _ => Err(Error::InvalidArgument(format!(
+            "the range {:?}..{:?} is empty or out of the {len} elements",
+            range.start_bound(),
+            range.end_bound()
+        ))),
+    }
+}
+
 pub(crate) fn raw_byte_len<T>(ptr: u64, len: usize) -> Result<usize> {
     let size = std::mem::size_of::<T>();
     let align = std::mem::align_of::<T>() as u64;
@@ -231,6 +257,38 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// ```
     pub fn is_borrowed(&self) -> bool {
         self.alloc.is_borrowed()
+    }
+
+    /// Elements `range` of this buffer as a buffer of its own (a view): the same device memory,
+    /// not a copy, at an offset. It works wherever a buffer does — kernel arguments, memsets and
+    /// copies on streams, in captures and as definition nodes, `to_vec`, `copy_from` — and keeps
+    /// the whole allocation alive for as long as it (or a graph using it) lives. A part of a
+    /// stream-ordered buffer ([`Stream::alloc_async`](crate::Stream::alloc_async)) stays on that
+    /// buffer's stream, as the buffer does.
+    ///
+    /// An empty or out-of-range `range` is an [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device, stream: &Stream) -> cuda_graph::Result<()> {
+    /// let buf = device.alloc_zeroed::<i32>(1024)?;
+    /// let second_half = buf.slice(512..)?;
+    /// stream.memset_d32(&second_half, 7)?; // elements 512..1024 become 7
+    /// assert_eq!(second_half.len(), 512);
+    /// assert_eq!(second_half.device_ptr(), buf.device_ptr() + 512 * 4);
+    /// # Ok(()) }
+    /// ```
+    pub fn slice(&self, range: impl std::ops::RangeBounds<usize>) -> Result<DeviceBuffer<T>> {
+        let (start, end) = bounds(&range, self.len)?;
+        let size = std::mem::size_of::<T>();
+        let part = start
+            .checked_mul(size)
+            .zip((end - start).checked_mul(size))
+            .and_then(|(offset, bytes)| DeviceAlloc::part(&self.alloc, offset, bytes))
+            .ok_or_else(|| {
+                Error::InvalidArgument("the slice does not fit the buffer's allocation".into())
+            })?;
+        Ok(DeviceBuffer::new(part, end - start))
     }
 
     pub(crate) fn new(alloc: Arc<DeviceAlloc>, len: usize) -> Self {
@@ -398,6 +456,20 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slice_ranges_are_checked() {
+        use std::ops::Bound;
+        assert_eq!(bounds(&(..), 8).unwrap(), (0, 8));
+        assert_eq!(bounds(&(2..6), 8).unwrap(), (2, 6));
+        assert_eq!(bounds(&(..=1), 8).unwrap(), (0, 2));
+        assert_eq!(bounds(&(6..), 8).unwrap(), (6, 8));
+        for bad in [3..3, 2..9, 8..9] {
+            assert!(bounds(&bad, 8).is_err(), "{bad:?}");
+        }
+        assert!(bounds(&(..=usize::MAX), 8).is_err());
+        assert!(bounds(&(Bound::Excluded(usize::MAX), Bound::Unbounded), 8).is_err());
+    }
 
     #[test]
     fn raw_buffers_are_checked_before_wrapping() {

@@ -10,6 +10,8 @@ mod observer;
 mod pinned;
 mod stream;
 
+#[cfg(feature = "cudarc")]
+pub(crate) use buffer::bounds as buffer_bounds;
 pub use buffer::{DeviceBuffer, DeviceCopy};
 pub use device::{Device, GraphMemoryUsage};
 pub use event::{Event, EventOptions};

@@ -4,9 +4,14 @@
 use cuda_graph::prelude::*;
 
 use crate::args;
-use crate::support::{eventually, one, Gpu, Needs, TestResult};
+use crate::support::{eventually, one, stays, Gpu, Needs, TestResult};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    (
+        "memory::slices_are_views_that_keep_their_allocation",
+        Needs::Gpu,
+        slices_are_views_that_keep_their_allocation,
+    ),
     (
         "memory::captured_alloc_and_free_run_in_every_launch",
         Needs::Gpu,
@@ -300,5 +305,62 @@ fn event_timing(gpu: &Gpu) -> TestResult {
         plain.elapsed_ms(&end),
         Err(Error::InvalidArgument(_))
     ));
+    Ok(())
+}
+
+/// `DeviceBuffer::slice`: a view at an offset, usable as a kernel argument, a memset and copy
+/// operand and for `to_vec`, that keeps the whole allocation alive; out-of-range slices are
+/// refused; a part of a stream-ordered buffer stays on its stream.
+fn slices_are_views_that_keep_their_allocation(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.htod(&[0i32, 1, 2, 3, 4, 5, 6, 7])?;
+    let mid = buf.slice(2..6)?;
+    assert_eq!(mid.len(), 4);
+    assert_eq!(mid.device_ptr(), buf.device_ptr() + 8);
+    let s = gpu.stream();
+    s.memset_d32(&mid, 9)?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [0, 1, 9, 9, 9, 9, 6, 7]);
+    assert_eq!(mid.to_vec()?, [9; 4]);
+    assert_eq!(buf.slice(..=1)?.to_vec()?, [0, 1]);
+    // A graph that uses only a slice keeps the whole allocation.
+    let watch = buf.release_observer();
+    let tail = buf.slice(6..)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    // SAFETY: fill(int* p, int n, int v) over the 2 ints of `tail`.
+    unsafe { b.launch(&gpu.f("fill"), one(), &args![&tail, 2i32, 5i32])? };
+    let g = b
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
+    let copy = buf.clone();
+    drop((buf, mid, tail));
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(copy.to_vec()?, [0, 1, 9, 9, 9, 9, 5, 5]);
+    drop(copy);
+    assert!(
+        stays(|| !watch.is_released()),
+        "the graph holds the slice's allocation"
+    );
+    drop(g);
+    assert!(eventually(|| watch.is_released()));
+    // Empty and out-of-range slices are refused.
+    let small = gpu.device.alloc_zeroed::<i32>(4)?;
+    for bad in [small.slice(3..3), small.slice(2..5), small.slice(4..)] {
+        assert!(matches!(bad, Err(Error::InvalidArgument(_))));
+    }
+    // A part of a stream-ordered buffer stays on its stream.
+    let (a, other) = (gpu.stream(), gpu.stream());
+    let ordered = a.alloc_async::<i32>(16)?;
+    let part = ordered.slice(4..8)?;
+    assert!(matches!(
+        other.memset_d32(&part, 1),
+        Err(Error::InvalidArgument(_))
+    ));
+    a.memset_d32(&part, 1)?;
+    a.synchronize()?;
+    assert_eq!(ordered.to_vec()?[3..9], [0, 1, 1, 1, 1, 0]);
+    drop(part);
+    a.free_async(ordered)?;
+    a.synchronize()?;
     Ok(())
 }
