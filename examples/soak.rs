@@ -11,7 +11,9 @@
 //! Options: `--cycles N` (else the env var `SOAK_CYCLES`, else 2000), `--warmup N` (default 200),
 //! `--only NAME` (one of `capture`, `explicit`, `fork_join`, `conditional`, `failed_update`,
 //! `panic_callback`, `edit`), `--report-only` (growth does not fail the run: for runs under
-//! compute-sanitizer, where memory figures mean nothing), `--help`. Exit status: 0 when every loop
+//! compute-sanitizer, where memory figures mean nothing), `--raw-node-ctx` (the raw side's kernel
+//! nodes name their context in `CUDA_KERNEL_NODE_PARAMS::ctx`, as the crate's do, instead of
+//! null), `--help`. Exit status: 0 when every loop
 //! is flat (or the soak is skipped because there is no driver or GPU), 1 when a loop grows or
 //! fails, 2 for a bad command line.
 //!
@@ -263,6 +265,8 @@ struct Options {
     /// Growth is reported but does not fail the run (under compute-sanitizer, where host memory
     /// figures mean nothing); failed loops still do.
     report_only: bool,
+    /// The raw side's kernel nodes name their context, as the crate's do.
+    raw_node_ctx: bool,
 }
 
 const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--report-only]
@@ -270,6 +274,7 @@ const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--repo
   --warmup N     cycles per side before measuring (default 200)
   --only NAME    one loop: capture, explicit, fork_join, conditional, failed_update, panic_callback, edit
   --report-only  growth is reported but does not fail the run (for runs under compute-sanitizer)
+  --raw-node-ctx the raw side's kernel nodes name their context, as the crate's do
 Exit status: 0 all flat (or skipped: no driver/GPU), 1 a loop grows (unless --report-only) or
 fails, 2 bad usage.";
 
@@ -287,6 +292,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         warmup: DEFAULT_WARMUP,
         only: None,
         report_only: false,
+        raw_node_ctx: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -303,6 +309,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         match flag.as_str() {
             "-h" | "--help" => return Ok(None),
             "--report-only" => opts.report_only = true,
+            "--raw-node-ctx" => opts.raw_node_ctx = true,
             "--cycles" => opts.cycles = positive("--cycles", &value("--cycles")?)?,
             "--warmup" => {
                 opts.warmup = value("--warmup")?
@@ -698,10 +705,13 @@ struct Raw {
     buf: sys::CUdeviceptr,
     /// The `edit` loop's long-lived graph, its latest node and that node's buffer.
     edited: std::cell::Cell<(sys::CUgraph, sys::CUgraphNode, sys::CUdeviceptr)>,
+    /// Kernel nodes name their context (`CUDA_KERNEL_NODE_PARAMS::ctx`) as the crate's do,
+    /// instead of null (`--raw-node-ctx`).
+    node_ctx: bool,
 }
 
 impl Raw {
-    fn new() -> Result<Raw, String> {
+    fn new(node_ctx: bool) -> Result<Raw, String> {
         require_symbols(RAW_COMMON_SYMBOLS)?;
         let (dev, ctx) = raw::retain_primary(0)?;
         let mut raw = Raw {
@@ -712,6 +722,7 @@ impl Raw {
             add_one_at: null_mut(),
             buf: 0,
             edited: std::cell::Cell::new((null_mut(), null_mut(), 0)),
+            node_ctx,
         };
         raw.bind()?;
         raw.module = raw::load_module(KERNELS)?;
@@ -903,7 +914,7 @@ impl Raw {
             kernelParams: args.as_mut_ptr(),
             extra: null_mut(),
             kern: null_mut(),
-            ctx: null_mut(),
+            ctx: if self.node_ctx { self.ctx } else { null_mut() },
         };
         let mut node = null_mut();
         // SAFETY: `g` is live and `deps` are nodes of it; add_one takes one int* and `args`
@@ -1553,7 +1564,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let raw = match Raw::new() {
+    let raw = match Raw::new(opts.raw_node_ctx) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("soak: setup failed: {e}");
