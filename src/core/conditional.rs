@@ -258,10 +258,6 @@ pub(crate) fn register_bodies(
         .into_iter()
         .map(|raw| GraphHandle::body(graph, raw))
         .collect();
-    tree.bodies.insert(
-        (graph.id, node as usize),
-        bodies.iter().map(|b| b.id).collect(),
-    );
     tree.conditionals.insert(
         (graph.id, node as usize),
         CondRecord {

@@ -199,8 +199,11 @@ pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) -> Vec<
         .into_iter()
         .collect();
     tree.unfreed.remove(&(graph, node.raw));
-    tree.conditionals.remove(&(graph, node.raw));
-    let mut owned = tree.bodies.remove(&(graph, node.raw)).unwrap_or_default();
+    let mut owned: Vec<u64> = tree
+        .conditionals
+        .remove(&(graph, node.raw))
+        .map(|rec| rec.bodies.iter().map(|&(id, _)| id).collect())
+        .unwrap_or_default();
     owned.extend(tree.embedded.remove(&(graph, node.raw)));
     if !owned.is_empty() {
         released.extend(tree.nodes.remove_graphs(&owned));
@@ -212,6 +215,7 @@ pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::graph::CondRecord;
 
     fn raw(n: usize) -> sys::CUgraphNode {
         n as sys::CUgraphNode
@@ -307,7 +311,8 @@ mod tests {
         );
         // A conditional node in graph 1 whose body is graph 5, with a node that uses `body_buf`.
         let c = fresh1(&mut tree, 1, raw(0x200));
-        tree.bodies.insert((1, 0x200), vec![5]);
+        tree.conditionals
+            .insert((1, 0x200), CondRecord::with_bodies(&[5]));
         let _ = fresh(
             &mut tree,
             5,
@@ -421,7 +426,8 @@ mod tests {
     fn destroying_a_conditional_node_kills_its_bodies() {
         let mut tree = TreeState::default();
         let c = fresh1(&mut tree, 1, raw(0x100));
-        tree.bodies.insert((1, 0x100), vec![7, 8]);
+        tree.conditionals
+            .insert((1, 0x100), CondRecord::with_bodies(&[7, 8]));
         let _ = forget(&mut tree, 1, &c);
         assert!(tree.dead.contains(&7) && tree.dead.contains(&8));
     }

@@ -198,7 +198,7 @@ impl GraphDefinition {
         let mut locked = self.lock()?;
         let g = self.handle();
         let raw = node::check(&locked.tree, g.id, &node)?;
-        if locked.tree.bodies.contains_key(&(g.id, raw as usize))
+        if locked.tree.conditionals.contains_key(&(g.id, raw as usize))
             && !locked.tree.captures.is_empty()
         {
             // Destroying a conditional node frees its bodies, which a capture may record into

@@ -315,16 +315,30 @@ pub(crate) struct CondRecord {
     pub(crate) bodies: Vec<(u64, usize)>,
 }
 
+impl CondRecord {
+    /// A record with only body ids (for tests of the bookkeeping).
+    #[cfg(test)]
+    pub(crate) fn with_bodies(ids: &[u64]) -> Self {
+        CondRecord {
+            handle: (0, 0),
+            ty: 0,
+            bodies: ids.iter().map(|&id| (id, 0)).collect(),
+        }
+    }
+
+    /// Whether graph `id` is one of the bodies.
+    pub(crate) fn owns_body(&self, id: u64) -> bool {
+        self.bodies.iter().any(|&(b, _)| b == id)
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct TreeState {
     /// Live nodes known to this crate. A node token is valid only while its slot holds it, so
     /// a destroyed node (whose address the driver may reuse) is never mistaken for a new one.
     pub(crate) nodes: NodeTable,
-    /// Conditional nodes that this crate created: `(graph id, raw node)` → the ids of the body
-    /// graphs it owns, so that destroying the node marks them dead.
-    pub(crate) bodies: IdMap<(u64, usize), Vec<u64>>,
-    /// Conditional nodes this crate created: `(graph id, raw node)` → what reading the node back
-    /// reports.
+    /// Conditional nodes this crate created: `(graph id, raw node)` → their handle, type and the
+    /// body graphs they own (destroying the node marks those dead; reading it back reports them).
     pub(crate) conditionals: IdMap<(u64, usize), CondRecord>,
     /// Child-graph nodes whose graph was looked at (`GraphDefinition::inspect`): `(graph id, raw
     /// node)` → the id its views carry, so that destroying the node marks them dead.

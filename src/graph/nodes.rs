@@ -19,7 +19,11 @@ fn inside_embedded(tree: &TreeState, mut graph: u64) -> bool {
         if tree.embedded.values().any(|v| *v == graph) {
             return true;
         }
-        match tree.bodies.iter().find(|(_, ids)| ids.contains(&graph)) {
+        match tree
+            .conditionals
+            .iter()
+            .find(|(_, rec)| rec.owns_body(graph))
+        {
             Some(((parent, _), _)) => graph = *parent,
             None => return false,
         }
@@ -43,7 +47,10 @@ fn exec_node(
     }
     let in_tree = node.graph == source.id
         || tree.dead.contains(&node.graph)
-        || tree.bodies.values().any(|b| b.contains(&node.graph))
+        || tree
+            .conditionals
+            .values()
+            .any(|rec| rec.owns_body(node.graph))
         || tree.nodes.knows_graph(node.graph);
     if !in_tree {
         return Err(Error::ForeignNode);
