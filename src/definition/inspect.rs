@@ -372,11 +372,25 @@ impl GraphDefinition {
     /// ```
     pub fn inspect(&self, node: &GraphNode) -> Result<NodeInfo> {
         let graph = self.handle();
-        let locked = self.lock()?;
-        let tree = &*locked.tree;
-        let raw = node::check(tree, graph.id, node)?;
+        let mut locked = self.lock()?;
+        let raw = node::check(&locked.tree, graph.id, node)?;
         let ty = NodeType::from_raw(super::raw_node_type(raw)?);
         let n = *node;
+        if ty == NodeType::Child {
+            // SAFETY: `raw` is a live child-graph node of the locked tree.
+            let child = unsafe { driver::graph::child_graph_node_get_graph(raw) }?;
+            let next = crate::driver::graph::next_id();
+            let id = *locked.tree.embedded.entry((n.graph, n.raw)).or_insert(next);
+            drop(locked);
+            let view = GraphHandle::node_owned(graph, child, id, true);
+            return Ok(NodeInfo::ChildGraph(
+                TypedNode::new(n),
+                ChildGraphInfo {
+                    graph: GraphDefinition::view(view),
+                },
+            ));
+        }
+        let tree = &*locked.tree;
         // Every driver call below reads a live node of the locked tree (the read-back promise).
         let info = match ty {
             NodeType::Kernel => NodeInfo::Kernel(TypedNode::new(n), kernel_info(tree, &n, raw)?),
@@ -469,10 +483,6 @@ impl GraphDefinition {
                 NodeInfo::MemFree(TypedNode::new(n), MemFreeInfo { device_ptr })
             }
             NodeType::Empty => NodeInfo::Empty(TypedNode::new(n)),
-            NodeType::Child => {
-                drop(locked);
-                return self.child_info(&n);
-            }
             NodeType::Conditional => {
                 let Some(rec) = tree.conditionals.get(&(n.graph, n.raw)).cloned() else {
                     driver::require(
@@ -541,43 +551,23 @@ impl GraphDefinition {
             found,
         })
     }
-
-    /// [`NodeInfo::ChildGraph`] for the child-graph node `n` (checked by the caller).
-    fn child_info(&self, n: &GraphNode) -> Result<NodeInfo> {
-        let graph = self.handle();
-        let mut locked = self.lock()?;
-        let raw = node::check(&locked.tree, graph.id, n)?;
-        // SAFETY: `raw` is a live child-graph node of the locked tree.
-        let child = unsafe { driver::graph::child_graph_node_get_graph(raw) }?;
-        let next = crate::driver::graph::next_id();
-        let id = *locked.tree.embedded.entry((n.graph, n.raw)).or_insert(next);
-        drop(locked);
-        Ok(NodeInfo::ChildGraph(
-            TypedNode::new(*n),
-            ChildGraphInfo {
-                graph: GraphDefinition::view(GraphHandle::node_owned(graph, child, id, true)),
-            },
-        ))
-    }
 }
 
 /// The type of node `info` describes.
 fn kind_of(info: &NodeInfo) -> NodeType {
-    {
-        match info {
-            NodeInfo::Kernel(..) => NodeType::Kernel,
-            NodeInfo::Memset(..) => NodeType::Memset,
-            NodeInfo::Memcpy(..) => NodeType::Memcpy,
-            NodeInfo::Host(..) => NodeType::Host,
-            NodeInfo::ChildGraph(..) => NodeType::Child,
-            NodeInfo::Empty(..) => NodeType::Empty,
-            NodeInfo::EventRecord(..) => NodeType::EventRecord,
-            NodeInfo::EventWait(..) => NodeType::EventWait,
-            NodeInfo::MemAlloc(..) => NodeType::MemAlloc,
-            NodeInfo::MemFree(..) => NodeType::MemFree,
-            NodeInfo::Conditional(..) => NodeType::Conditional,
-            NodeInfo::Other(_, t) => *t,
-        }
+    match info {
+        NodeInfo::Kernel(..) => NodeType::Kernel,
+        NodeInfo::Memset(..) => NodeType::Memset,
+        NodeInfo::Memcpy(..) => NodeType::Memcpy,
+        NodeInfo::Host(..) => NodeType::Host,
+        NodeInfo::ChildGraph(..) => NodeType::Child,
+        NodeInfo::Empty(..) => NodeType::Empty,
+        NodeInfo::EventRecord(..) => NodeType::EventRecord,
+        NodeInfo::EventWait(..) => NodeType::EventWait,
+        NodeInfo::MemAlloc(..) => NodeType::MemAlloc,
+        NodeInfo::MemFree(..) => NodeType::MemFree,
+        NodeInfo::Conditional(..) => NodeType::Conditional,
+        NodeInfo::Other(_, t) => *t,
     }
 }
 
