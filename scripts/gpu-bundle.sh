@@ -47,19 +47,7 @@ done
 # The README's quick start, pasted into a crate of its own (path dependency on this one, as a
 # user's crate would depend on the release): it must build as written, and run-all.sh runs it.
 fresh=target/readme-quickstart
-mkdir -p "$fresh/src"
-cat > "$fresh/Cargo.toml" <<TOML
-[package]
-name = "readme-quickstart"
-version = "0.1.0"
-edition = "2021"
-
-[dependencies]
-cuda-graph = { path = "$PWD", features = ["nvrtc"] }
-
-[workspace]
-TOML
-awk '/^```rust,no_run$/{f=1; next} f && /^```$/{exit} f' README.md > "$fresh/src/main.rs"
+scripts/readme-crate.sh "$fresh"
 CARGO_TARGET_DIR="$PWD/target" cargo build --release --quiet --manifest-path "$fresh/Cargo.toml"
 cp target/release/readme-quickstart "$out/example-readme-quickstart"
 strip "$out/example-readme-quickstart" 2>/dev/null || true
