@@ -28,7 +28,7 @@ fn setup() -> cuda_graph::Result<Setup> {
         let b = device.create_graph_builder()?.begin_building(Global)?;
         for _ in 0..n {
             // SAFETY: empty_kernel takes no arguments.
-            unsafe { b.launch(&empty, LaunchConfig::single(), &KernelArgs::new())? };
+            unsafe { b.launch_unchecked(&empty, LaunchConfig::single(), &KernelArgs::new())? };
         }
         let g = b
             .end_building()?
@@ -49,7 +49,7 @@ fn stream_launches(s: &Setup, n: usize) {
         // SAFETY: empty_kernel takes no arguments.
         unsafe {
             s.stream
-                .launch(&s.empty, LaunchConfig::single(), &KernelArgs::new())
+                .launch_unchecked(&s.empty, LaunchConfig::single(), &KernelArgs::new())
         }
         .expect("launch");
     }

@@ -392,11 +392,11 @@ impl Lib {
             match work {
                 // SAFETY: empty_kernel takes no arguments.
                 Work::Empty => unsafe {
-                    b.launch(&self.empty, LaunchConfig::single(), &KernelArgs::new())?
+                    b.launch_unchecked(&self.empty, LaunchConfig::single(), &KernelArgs::new())?
                 },
                 // SAFETY: add_one takes one int* and writes p[0]; the buffer holds one int.
                 Work::AddOne(buf) => unsafe {
-                    b.launch(
+                    b.launch_unchecked(
                         &self.add_one,
                         LaunchConfig::single(),
                         &KernelArgs::new().arg(buf),
@@ -418,7 +418,7 @@ impl Lib {
             };
             // SAFETY: empty_kernel takes no arguments.
             let node = unsafe {
-                def.add_kernel(
+                def.add_kernel_unchecked(
                     deps,
                     &self.empty,
                     LaunchConfig::single(),
@@ -436,7 +436,7 @@ impl Lib {
             // SAFETY: empty_kernel takes no arguments.
             unsafe {
                 self.stream
-                    .launch(&self.empty, LaunchConfig::single(), &KernelArgs::new())?
+                    .launch_unchecked(&self.empty, LaunchConfig::single(), &KernelArgs::new())?
             };
         }
         self.stream.synchronize()

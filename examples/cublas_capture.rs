@@ -163,7 +163,7 @@ fn run() -> Result<Option<String>, Box<dyn Error>> {
     let n_a = (M * K) as i32;
     // SAFETY: copy_f32(const float*, float*, int) with two buffers of M·K floats.
     unsafe {
-        builder.launch(
+        builder.launch_unchecked(
             &copy_f32,
             LaunchConfig::for_num_elems(n_a as u32),
             &KernelArgs::new().arg(&a_in).arg(&a).arg(n_a),
@@ -176,7 +176,7 @@ fn run() -> Result<Option<String>, Box<dyn Error>> {
     let n_c = (M * N) as i32;
     // SAFETY: heat_step(const float*, float*, int, float) with two buffers of M·N floats.
     unsafe {
-        builder.launch(
+        builder.launch_unchecked(
             &heat_step,
             LaunchConfig::for_num_elems(n_c as u32),
             &KernelArgs::new().arg(&c).arg(&out).arg(n_c).arg(ALPHA_HEAT),

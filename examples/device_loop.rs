@@ -57,18 +57,18 @@ fn run() -> cuda_graph::Result<()> {
         // SAFETY: the kernels' signatures are in tests/kernels/README.md; all buffers hold N
         // floats (diff and iters one value each).
         unsafe {
-            body.launch(
+            body.launch_unchecked(
                 &step,
                 cfg,
                 &KernelArgs::new().arg(&u).arg(&v).arg(n).arg(ALPHA),
             )?;
-            body.launch(
+            body.launch_unchecked(
                 &maxdiff,
                 cfg,
                 &KernelArgs::new().arg(&u).arg(&v).arg(n).arg(&diff),
             )?;
-            body.launch(&copy, cfg, &KernelArgs::new().arg(&v).arg(&u).arg(n))?;
-            body.launch(
+            body.launch_unchecked(&copy, cfg, &KernelArgs::new().arg(&v).arg(&u).arg(n))?;
+            body.launch_unchecked(
                 &check,
                 LaunchConfig::single(),
                 &KernelArgs::new()
@@ -100,17 +100,17 @@ fn run() -> cuda_graph::Result<()> {
     loop {
         // SAFETY: as above.
         unsafe {
-            stream.launch(
+            stream.launch_unchecked(
                 &step,
                 cfg,
                 &KernelArgs::new().arg(&u2).arg(&v2).arg(n).arg(ALPHA),
             )?;
-            stream.launch(
+            stream.launch_unchecked(
                 &maxdiff,
                 cfg,
                 &KernelArgs::new().arg(&u2).arg(&v2).arg(n).arg(&diff2),
             )?;
-            stream.launch(&copy, cfg, &KernelArgs::new().arg(&v2).arg(&u2).arg(n))?;
+            stream.launch_unchecked(&copy, cfg, &KernelArgs::new().arg(&v2).arg(&u2).arg(n))?;
         }
         stream.synchronize()?;
         let d = f32::from_bits(diff2.to_vec()?[0]);

@@ -31,25 +31,25 @@ fn run() -> cuda_graph::Result<()> {
     // SAFETY (all four kernels): the arguments match each kernel's parameters, and every index
     // stays below the buffers' length of 2.
     let bottom = unsafe {
-        let top = def.add_kernel(
+        let top = def.add_kernel_unchecked(
             &[],
             &fill,
             one,
             &KernelArgs::new().arg(&work).arg(2i32).arg(1i32),
         )?;
-        let left = def.add_kernel(
+        let left = def.add_kernel_unchecked(
             &[&top],
             &add_one_at,
             one,
             &KernelArgs::new().arg(&work).arg(0i32),
         )?;
-        let right = def.add_kernel(
+        let right = def.add_kernel_unchecked(
             &[&top],
             &add_one_at,
             one,
             &KernelArgs::new().arg(&work).arg(1i32),
         )?;
-        def.add_kernel(
+        def.add_kernel_unchecked(
             &[&left, &right],
             &copy,
             one,
@@ -62,7 +62,7 @@ fn run() -> cuda_graph::Result<()> {
     let (_if_node, body) = def.add_if(&[&bottom], &always)?;
     // SAFETY: affine takes (int*, int, int); `result` holds two ints.
     unsafe {
-        body.add_kernel(
+        body.add_kernel_unchecked(
             &[],
             &affine,
             one,

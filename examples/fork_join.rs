@@ -30,7 +30,7 @@ fn run() -> cuda_graph::Result<()> {
     for (i, (fork, buf)) in forks.iter().zip(&bufs).enumerate() {
         // SAFETY: fill(int* p, int n, int v) writes n ints of `buf`.
         unsafe {
-            fork.launch(
+            fork.launch_unchecked(
                 &fill,
                 cfg,
                 &KernelArgs::new().arg(buf).arg(N as i32).arg(i as i32 + 1),
@@ -41,7 +41,7 @@ fn run() -> cuda_graph::Result<()> {
     parent.join(forks)?;
     // SAFETY: add_one(int*): runs after all three fills.
     unsafe {
-        parent.launch(
+        parent.launch_unchecked(
             &add_one,
             LaunchConfig::single(),
             &KernelArgs::new().arg(&counter),

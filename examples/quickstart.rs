@@ -26,7 +26,7 @@ fn main() -> cuda_graph::Result<()> {
     for (m, b) in [(1, 1), (10, 0), (1, 2)] {
         let args = KernelArgs::new().arg(&value).arg(m).arg(b);
         // SAFETY: `affine` takes (int*, int, int), and `value` holds the one int it touches.
-        unsafe { builder.launch(&affine, LaunchConfig::single(), &args)? };
+        unsafe { builder.launch_unchecked(&affine, LaunchConfig::single(), &args)? };
     }
     let graph = builder
         .end_building()?

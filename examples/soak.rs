@@ -379,7 +379,7 @@ impl CrateSide {
         let b = stream.create_graph_builder().begin_building(Global)?;
         for _ in 0..3 {
             // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
-            unsafe { b.launch(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
+            unsafe { b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
         }
         let graph = b
             .end_building()?
@@ -393,13 +393,13 @@ impl CrateSide {
         let clear = def.add_memset(&[], &self.buf, 0i32)?;
         // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
         unsafe {
-            let first = def.add_kernel(
+            let first = def.add_kernel_unchecked(
                 &[&clear],
                 &self.add_one,
                 LaunchConfig::single(),
                 &self.add_one_args(),
             )?;
-            def.add_kernel(
+            def.add_kernel_unchecked(
                 &[&first],
                 &self.add_one,
                 LaunchConfig::single(),
@@ -422,7 +422,7 @@ impl CrateSide {
         let buf = self.device.alloc_zeroed::<i32>(BUF_LEN)?;
         // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
         let node = unsafe {
-            def.add_kernel(
+            def.add_kernel_unchecked(
                 &[],
                 &self.add_one,
                 LaunchConfig::single(),
@@ -445,7 +445,7 @@ impl CrateSide {
         for (i, fork) in forks.iter().enumerate() {
             // SAFETY: add_one_at takes (int*, int); index 0 or 1 of 64 ints.
             unsafe {
-                fork.launch(
+                fork.launch_unchecked(
                     &self.add_one_at,
                     LaunchConfig::single(),
                     &KernelArgs::new().arg(&self.buf).arg(i as i32),
@@ -466,7 +466,7 @@ impl CrateSide {
         {
             let body = p.if_then(&always)?.begin_building(Global)?;
             // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
-            unsafe { body.launch(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
+            unsafe { body.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
             body.end_building()?;
         }
         let graph = p
@@ -482,7 +482,7 @@ impl CrateSide {
             let b = self.device.create_graph_builder()?.begin_building(Global)?;
             for _ in 0..launches {
                 // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
-                unsafe { b.launch(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
+                unsafe { b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
             }
             b.end_building()
         };
@@ -506,7 +506,7 @@ impl CrateSide {
             let b = self.device.create_graph_builder()?.begin_building(Global)?;
             let cb = b.callback(|| panic!("soak"))?;
             // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
-            unsafe { b.launch(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
+            unsafe { b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
             let graph = b
                 .end_building()?
                 .complete(&GraphCompleteOptions::default())?;

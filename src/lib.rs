@@ -48,7 +48,7 @@
 //! let builder = device.create_graph_builder()?.begin_building(Global)?;
 //! for _ in 0..3 {
 //!     // SAFETY: add_one takes one `int*`, and `counter` holds one int.
-//!     unsafe { builder.launch(&add_one, LaunchConfig::single(), &KernelArgs::new().arg(&counter))? };
+//!     unsafe { builder.launch_unchecked(&add_one, LaunchConfig::single(), &KernelArgs::new().arg(&counter))? };
 //! }
 //! let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
 //! let stream = device.create_stream()?;
@@ -92,8 +92,9 @@ pub use graph::{
     GraphDebugPrintOptions,
 };
 pub use runtime::{
-    Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function, GraphMemoryUsage, KernelArg,
-    KernelArgs, LaunchConfig, Module, PinnedBuffer, ReleaseObserver, Stream,
+    ArgFor, ArgsFor, Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function,
+    GraphMemoryUsage, Kernel, KernelArg, KernelArgs, KernelParam, LaunchConfig, Module,
+    PinnedBuffer, ReleaseObserver, Signature, Stream,
 };
 
 /// The public vocabulary: `use cuda_graph::prelude::*;`.
@@ -102,7 +103,7 @@ pub mod prelude {
         driver_version, CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Device,
         DeviceBuffer, DeviceCopy, DotDetail, DriverVersion, Ended, Error, Event, Forked, Function,
         Global, Graph, GraphBuilder, GraphCompleteOptions, GraphDebugPrintOptions, HostCallback,
-        KernelArg, KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
+        Kernel, KernelArg, KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
         ThreadLocal,
     };
     pub use crate::{

@@ -76,11 +76,33 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         self.core.status()
     }
 
-    /// Records a kernel launch. The function's module and every buffer in `args` stay alive as
-    /// long as the graph and its execs.
+    /// Records a launch of a typed `kernel` with `args`, one per parameter of its signature,
+    /// checked at compile time. The kernel's module and every buffer given stay alive as long as
+    /// the graph and its execs.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, affine: &Kernel<(*mut i32, i32, i32)>, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// b.launch(affine, LaunchConfig::single(), (buf, 2, 1))?; // buf[0] = buf[0] * 2 + 1
+    /// # Ok(()) }
+    /// ```
+    pub fn launch<Sig: crate::Signature>(
+        &self,
+        kernel: &crate::Kernel<Sig>,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<Sig>,
+    ) -> Result<()>
+    where
+        S: IsCapturing,
+    {
+        self.core.stream.launch(kernel, config, args)
+    }
+
+    /// Records a launch of an untyped `function`: the raw form of [`launch`](Self::launch). The
+    /// function's module and every buffer in `args` stay alive as long as the graph and its execs.
     ///
     /// # Safety
-    /// As [`Stream::launch`]: `args` must match the kernel's parameters, and the kernel must stay
+    /// As [`Stream::launch_unchecked`]: `args` must match the kernel's parameters, and the kernel must stay
     /// in bounds of the buffers it is given.
     ///
     /// ```no_run
@@ -88,10 +110,10 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # use cuda_graph::*;
     /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, add_one: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// // SAFETY: add_one takes one int*, and `buf` holds it.
-    /// unsafe { b.launch(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// unsafe { b.launch_unchecked(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     /// # Ok(()) }
     /// ```
-    pub unsafe fn launch(
+    pub unsafe fn launch_unchecked(
         &self,
         function: &Function,
         config: LaunchConfig,
@@ -101,7 +123,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         // SAFETY: forwarded from the caller.
-        unsafe { self.core.stream.launch(function, config, args) }
+        unsafe { self.core.stream.launch_unchecked(function, config, args) }
     }
 
     /// Records a memset of every byte of `buf` to `value`.
@@ -173,7 +195,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// let b = device.create_graph_builder()?.begin_building(Global)?;
     /// let scratch = b.alloc_async(256 * 4)?;
     /// // SAFETY: fill(int*, int n, int v); scratch holds 256 ints until the free below.
-    /// unsafe { b.launch(fill, LaunchConfig::for_num_elems(256), &KernelArgs::new().arg(&scratch).arg(256i32).arg(1i32))? };
+    /// unsafe { b.launch_unchecked(fill, LaunchConfig::for_num_elems(256), &KernelArgs::new().arg(&scratch).arg(256i32).arg(1i32))? };
     /// b.free_async(scratch)?;
     /// let graph = b.end_building()?.complete(&Default::default())?;
     /// # Ok(()) }

@@ -108,7 +108,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// let h = b.create_conditional_handle(Some(1))?;
     /// let body = b.if_then(&h)?.begin_building(Global)?;
     /// // SAFETY: add_one takes one int*.
-    /// unsafe { body.launch(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// unsafe { body.launch_unchecked(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     /// body.end_building()?;
     /// # Ok(()) }
     /// ```
@@ -194,7 +194,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// let h = b.create_conditional_handle(Some(1))?;
     /// let body = b.while_loop(&h)?.begin_building(Global)?;
     /// // SAFETY: countdown(handle, int*, int*) sets the handle to 0 when the counter runs out.
-    /// unsafe { body.launch(countdown, LaunchConfig::single(), &KernelArgs::new().arg(h).arg(counter).arg(iterations))? };
+    /// unsafe { body.launch_unchecked(countdown, LaunchConfig::single(), &KernelArgs::new().arg(h).arg(counter).arg(iterations))? };
     /// body.end_building()?;
     /// # Ok(()) }
     /// ```

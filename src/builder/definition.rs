@@ -23,11 +23,11 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # fn f(device: &Device, k: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// let builder = device.create_graph_builder()?.begin_building(Global)?;
     /// // SAFETY: k takes one int*.
-    /// unsafe { builder.launch(k, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// unsafe { builder.launch_unchecked(k, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     /// let ended = builder.end_building()?;
     /// let def = ended.graph_definition()?;
     /// let last = def.nodes()?[0];
-    /// unsafe { def.add_kernel(&[&last], k, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// unsafe { def.add_kernel_unchecked(&[&last], k, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     /// let graph = ended.complete(&GraphCompleteOptions::default())?; // runs both kernels
     /// # Ok(()) }
     /// ```

@@ -41,8 +41,8 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// let builder = device.create_graph_builder()?.begin_building(Global)?;
     /// let [left, right] = builder.split::<2>()?;
     /// unsafe {
-    ///     left.launch(k, LaunchConfig::single(), &KernelArgs::new().arg(a))?;
-    ///     right.launch(k, LaunchConfig::single(), &KernelArgs::new().arg(b))?;
+    ///     left.launch_unchecked(k, LaunchConfig::single(), &KernelArgs::new().arg(a))?;
+    ///     right.launch_unchecked(k, LaunchConfig::single(), &KernelArgs::new().arg(b))?;
     /// }
     /// builder.join([left, right])?;
     /// let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;

@@ -72,7 +72,7 @@ use self::core::Core;
 /// let builder = device.create_graph_builder()?;          // Primary, NotStarted
 /// let builder = builder.begin_building(Global)?;          // Primary, Capturing<Global>
 /// // SAFETY: add_one takes one `int*`.
-/// unsafe { builder.launch(&add_one, LaunchConfig::single(), &KernelArgs::new().arg(&counter))? };
+/// unsafe { builder.launch_unchecked(&add_one, LaunchConfig::single(), &KernelArgs::new().arg(&counter))? };
 /// let builder = builder.end_building()?;                  // Primary, Ended
 /// let graph = builder.complete(&GraphCompleteOptions::default())?;
 /// # Ok(()) }

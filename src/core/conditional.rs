@@ -45,6 +45,22 @@ impl KernelArg for ConditionalHandle {
     }
 }
 
+impl KernelArg for &ConditionalHandle {
+    fn push_to(&self, args: &mut KernelArgs) {
+        (**self).push_to(args);
+    }
+}
+
+/// A `cudaGraphConditionalHandle` parameter of a typed [`Kernel`](crate::Kernel).
+impl crate::KernelParam for ConditionalHandle {}
+impl crate::runtime::kernel_sealed::Param for ConditionalHandle {
+    const SIZE: usize = std::mem::size_of::<sys::CUgraphConditionalHandle>();
+}
+impl crate::ArgFor<ConditionalHandle> for ConditionalHandle {}
+impl crate::runtime::kernel_sealed::ArgFor<ConditionalHandle> for ConditionalHandle {}
+impl crate::ArgFor<ConditionalHandle> for &ConditionalHandle {}
+impl crate::runtime::kernel_sealed::ArgFor<ConditionalHandle> for &ConditionalHandle {}
+
 /// Creates a conditional handle in `graph` (`cuGraphConditionalHandleCreate`), for builders and
 /// definitions alike. The caller holds the graph's tree lock.
 pub(crate) fn create_handle(

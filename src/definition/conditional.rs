@@ -74,7 +74,7 @@ impl GraphDefinition {
     /// let h = def.create_conditional_handle(Some(1))?;
     /// let (_if_node, body) = def.add_if(&[], &h)?;
     /// // SAFETY: add_one takes one int*.
-    /// unsafe { body.add_kernel(&[], add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// unsafe { body.add_kernel_unchecked(&[], add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     /// # Ok(()) }
     /// ```
     pub fn add_if(

@@ -538,7 +538,7 @@ impl GraphDefinition {
     /// # fn f(def: &GraphDefinition, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// let args = KernelArgs::new().arg(buf).arg(5i32);
     /// // SAFETY: the kernel takes (int*, int) and stays in bounds.
-    /// let k = unsafe { def.add_kernel(&[], f, LaunchConfig::single(), &args)? };
+    /// let k = unsafe { def.add_kernel_unchecked(&[], f, LaunchConfig::single(), &args)? };
     /// let info = def.node_info(&k)?;
     /// assert_eq!(info.arg::<i32>(1), Some(5));
     /// # Ok(()) }

@@ -83,10 +83,10 @@ pub use typed::{
 /// let zero = def.add_memset(&[], &value, 0i32)?;
 /// // SAFETY: affine takes (int*, int, int).
 /// let plus_one = unsafe {
-///     def.add_kernel(&[&zero], &affine, LaunchConfig::single(), &KernelArgs::new().arg(&value).arg(1i32).arg(1i32))?
+///     def.add_kernel_unchecked(&[&zero], &affine, LaunchConfig::single(), &KernelArgs::new().arg(&value).arg(1i32).arg(1i32))?
 /// };
 /// let times_ten = unsafe {
-///     def.add_kernel(&[&plus_one], &affine, LaunchConfig::single(), &KernelArgs::new().arg(&value).arg(10i32).arg(0i32))?
+///     def.add_kernel_unchecked(&[&plus_one], &affine, LaunchConfig::single(), &KernelArgs::new().arg(&value).arg(10i32).arg(0i32))?
 /// };
 /// assert_eq!(def.nodes()?.len(), 3);
 /// let graph = def.instantiate(&GraphCompleteOptions::default())?;

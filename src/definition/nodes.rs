@@ -293,7 +293,7 @@ impl MemAllocOptions {
 /// let (alloc_node, scratch) = def.add_mem_alloc(&[], 1024 * 4)?;
 /// // SAFETY: fill takes (int*, int n, int v) and scratch holds 1024 ints while the graph runs.
 /// let use_it = unsafe {
-///     def.add_kernel(&[&alloc_node], fill, LaunchConfig::for_num_elems(1024), &KernelArgs::new().arg(&scratch).arg(1024i32).arg(7i32))?
+///     def.add_kernel_unchecked(&[&alloc_node], fill, LaunchConfig::for_num_elems(1024), &KernelArgs::new().arg(&scratch).arg(1024i32).arg(7i32))?
 /// };
 /// def.add_mem_free(&[&use_it], scratch)?;
 /// # Ok(()) }
@@ -471,11 +471,36 @@ impl GraphDefinition {
         Ok(())
     }
 
-    /// Adds a kernel launch node (`cuGraphAddKernelNode`). The function's module and every
-    /// buffer in `args` stay alive with the graph and its execs.
+    /// Adds a launch node of a typed `kernel` with `args`, one per parameter of its signature,
+    /// checked at compile time (`cuGraphAddKernelNode`). The kernel's module and every buffer
+    /// given stay alive with the graph and its execs.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, add_one: &Kernel<(*mut i32,)>, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// let first = def.add_kernel(&[], add_one, LaunchConfig::single(), buf)?;
+    /// let second = def.add_kernel(&[&first], add_one, LaunchConfig::single(), buf)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_kernel<S: crate::Signature>(
+        &self,
+        deps: &[&GraphNode],
+        kernel: &crate::Kernel<S>,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<S>,
+    ) -> Result<KernelNode> {
+        let args = crate::runtime::collect_args(args);
+        // SAFETY: `Kernel`'s maker promised its signature and bounds; `args` matches the
+        // signature (checked by `ArgsFor`) and holds no graph allocation.
+        unsafe { self.add_kernel_unchecked(deps, kernel.function(), config, &args) }
+    }
+
+    /// Adds a kernel launch node of an untyped `function` (`cuGraphAddKernelNode`): the raw form
+    /// of [`add_kernel`](Self::add_kernel), which also takes a [`GraphAllocation`] argument. The
+    /// function's module and every buffer in `args` stay alive with the graph and its execs.
     ///
     /// # Safety
-    /// As [`Stream::launch`](crate::Stream::launch): `args` must match the kernel's parameters in
+    /// As [`Stream::launch_unchecked`](crate::Stream::launch_unchecked): `args` must match the kernel's parameters in
     /// number, order and type, and the kernel must stay in bounds of the memory it is given —
     /// for a [`GraphAllocation`], only while the graph orders it between the allocation and its
     /// free.
@@ -484,10 +509,10 @@ impl GraphDefinition {
     /// # use cuda_graph::prelude::*;
     /// # fn f(def: &GraphDefinition, add_one: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// // SAFETY: add_one takes one int*.
-    /// let k = unsafe { def.add_kernel(&[], add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// let k = unsafe { def.add_kernel_unchecked(&[], add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     /// # Ok(()) }
     /// ```
-    pub unsafe fn add_kernel(
+    pub unsafe fn add_kernel_unchecked(
         &self,
         deps: &[&GraphNode],
         function: &Function,

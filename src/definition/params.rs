@@ -116,8 +116,29 @@ impl<K: NodeKind> NodeParams<K> {
 }
 
 impl NodeParams<node_kind::Kernel> {
-    /// A kernel launch of `function` with `config` and `args` (moved in: the parameters keep
-    /// its values), for a [`KernelNode`](crate::KernelNode). The function's module and every
+    /// A launch of a typed `kernel` with `config` and `args`, one per parameter of its
+    /// signature, checked at compile time, for a [`KernelNode`](crate::KernelNode). The kernel's
+    /// module and every buffer given are held by the node or exec that takes them.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(g: &mut Graph, k: &KernelNode, affine: &Kernel<(*mut i32, i32, i32)>, other: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// g.set_params(k, NodeParams::kernel(affine, LaunchConfig::single(), (other, 3, 0)))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn kernel<S: crate::Signature>(
+        kernel: &crate::Kernel<S>,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<S>,
+    ) -> Self {
+        let args = crate::runtime::collect_args(args);
+        // SAFETY: `Kernel`'s maker promised its signature and bounds; `args` matches the
+        // signature (checked by `ArgsFor`) and holds no graph allocation.
+        unsafe { Self::kernel_unchecked(kernel.function(), config, args) }
+    }
+
+    /// A launch of an untyped `function` with `config` and `args` (moved in: the parameters keep
+    /// its values), for a [`KernelNode`](crate::KernelNode): the raw form of [`kernel`](Self::kernel). The function's module and every
     /// buffer in `args` are held by the node or exec that takes them.
     ///
     /// # Safety
@@ -128,11 +149,11 @@ impl NodeParams<node_kind::Kernel> {
     /// # use cuda_graph::prelude::*;
     /// # fn f(def: &GraphDefinition, k: &KernelNode, add_one: &Function, other: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// // SAFETY: add_one takes one int*.
-    /// let p = unsafe { NodeParams::kernel(add_one, LaunchConfig::single(), KernelArgs::new().arg(other)) };
+    /// let p = unsafe { NodeParams::kernel_unchecked(add_one, LaunchConfig::single(), KernelArgs::new().arg(other)) };
     /// def.set_params(k, p)?;
     /// # Ok(()) }
     /// ```
-    pub unsafe fn kernel(function: &Function, config: LaunchConfig, args: KernelArgs) -> Self {
+    pub unsafe fn kernel_unchecked(function: &Function, config: LaunchConfig, args: KernelArgs) -> Self {
         let mut owners = Owners::new();
         owners.push(function.module.clone());
         owners.extend(args.keep.iter().cloned());
@@ -564,10 +585,10 @@ impl GraphDefinition {
     /// # fn f(device: &Device, affine: &Function, value: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// let def = GraphDefinition::new(device)?;
     /// // SAFETY: affine takes (int*, int, int).
-    /// let k = unsafe { def.add_kernel(&[], affine, LaunchConfig::single(), &KernelArgs::new().arg(value).arg(1i32).arg(1i32))? };
+    /// let k = unsafe { def.add_kernel_unchecked(&[], affine, LaunchConfig::single(), &KernelArgs::new().arg(value).arg(1i32).arg(1i32))? };
     /// let before = def.instantiate(&GraphCompleteOptions::default())?; // adds 1
     /// // SAFETY: as above.
-    /// def.set_params(&k, unsafe { NodeParams::kernel(affine, LaunchConfig::single(), KernelArgs::new().arg(value).arg(1i32).arg(2i32)) })?;
+    /// def.set_params(&k, unsafe { NodeParams::kernel_unchecked(affine, LaunchConfig::single(), KernelArgs::new().arg(value).arg(1i32).arg(2i32)) })?;
     /// let after = def.instantiate(&GraphCompleteOptions::default())?; // adds 2
     /// # Ok(()) }
     /// ```

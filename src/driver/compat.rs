@@ -238,3 +238,37 @@ pub(crate) unsafe fn func_param_info(
         "reading back kernel arguments needs cuFuncGetParamInfo, which the CUDA 12.3 bindings lack: build with a cuda-12040 or newer feature".into(),
     ))
 }
+
+/// The offset and size of parameter `index` of `func` (`cuFuncGetParamInfo`, driver 12.4+):
+/// `Ok(None)` past the last parameter (`CUDA_ERROR_INVALID_VALUE`), an error when the driver
+/// cannot tell. The 12.3 bindings lack the call: always an error there.
+///
+/// # Safety
+/// `func` is a kernel of a module that is loaded now.
+#[cfg(not(feature = "cuda-12030"))]
+pub(crate) unsafe fn param_info(
+    func: sys::CUfunction,
+    index: usize,
+) -> crate::Result<Option<(usize, usize)>> {
+    let (mut offset, mut size) = (0usize, 0usize);
+    // SAFETY: the caller's promise; the out pointers are valid.
+    match unsafe { super::drv!(cuFuncGetParamInfo(func, index, &mut offset, &mut size)) } {
+        Ok(()) => Ok(Some((offset, size))),
+        Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// See the 12.4+ form: the 12.3 bindings do not declare `cuFuncGetParamInfo`.
+///
+/// # Safety
+/// None needed; kept `unsafe` to match the other form.
+#[cfg(feature = "cuda-12030")]
+pub(crate) unsafe fn param_info(
+    _func: sys::CUfunction,
+    _index: usize,
+) -> crate::Result<Option<(usize, usize)>> {
+    Err(crate::Error::InvalidArgument(
+        "cuFuncGetParamInfo is not declared in the CUDA 12.3 bindings".into(),
+    ))
+}

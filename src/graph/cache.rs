@@ -33,7 +33,7 @@ pub enum CacheOutcome {
 /// for buf in bufs {
 ///     let builder = device.create_graph_builder()?.begin_building(Global)?;
 ///     // SAFETY: add_one takes one int*.
-///     unsafe { builder.launch(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+///     unsafe { builder.launch_unchecked(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
 ///     cache.refresh(&builder.end_building()?)?;
 ///     cache.launch(&stream)?;
 /// }

@@ -554,7 +554,7 @@ impl Graph {
     /// let child = inner.instantiate(&options)?;
     /// let args = KernelArgs::new().arg(child.device_handle()?);
     /// // SAFETY: `launcher(cudaGraphExec_t g)` calls cudaGraphLaunch(g, cudaStreamGraphFireAndForget).
-    /// unsafe { outer.add_kernel(&[], launcher, LaunchConfig::single(), &args)? };
+    /// unsafe { outer.add_kernel_unchecked(&[], launcher, LaunchConfig::single(), &args)? };
     /// # Ok(()) }
     /// ```
     pub fn device_handle(&self) -> Result<DeviceGraph> {
@@ -832,6 +832,16 @@ impl KernelArg for &DeviceGraph {
         (*self).push_to(args);
     }
 }
+
+/// A `cudaGraphExec_t` parameter of a typed [`Kernel`](crate::Kernel).
+impl crate::KernelParam for DeviceGraph {}
+impl crate::runtime::kernel_sealed::Param for DeviceGraph {
+    const SIZE: usize = std::mem::size_of::<u64>();
+}
+impl crate::ArgFor<DeviceGraph> for DeviceGraph {}
+impl crate::runtime::kernel_sealed::ArgFor<DeviceGraph> for DeviceGraph {}
+impl crate::ArgFor<DeviceGraph> for &DeviceGraph {}
+impl crate::runtime::kernel_sealed::ArgFor<DeviceGraph> for &DeviceGraph {}
 
 /// An exec and the graph it was instantiated from, dropped in that order, the exec under the
 /// graph's tree lock (so never beside a driver call on that graph).

@@ -315,7 +315,32 @@ impl Stream {
         op(&mut rec)
     }
 
-    /// Launches `function` on this stream (or into its capture).
+    /// Launches a typed `kernel` on this stream (or into its capture) with `args`, one per
+    /// parameter of its signature, checked at compile time. Buffers given are kept alive by any
+    /// graph that captures the launch.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(stream: &Stream, fill: &Kernel<(*mut i32, i32, i32)>, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// let n = buf.len() as i32;
+    /// stream.launch(fill, LaunchConfig::for_num_elems(n as u32), (buf, n, 7))?;
+    /// stream.synchronize()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn launch<S: crate::Signature>(
+        &self,
+        kernel: &crate::Kernel<S>,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<S>,
+    ) -> Result<()> {
+        let args = super::collect_args(args);
+        // SAFETY: `Kernel`'s maker promised its signature and bounds; `args` matches the
+        // signature (checked by `ArgsFor`).
+        unsafe { self.launch_unchecked(kernel.function(), config, &args) }
+    }
+
+    /// Launches an untyped `function` on this stream (or into its capture): the raw form of
+    /// [`launch`](Self::launch), for kernels without a declared [`Kernel`](crate::Kernel) signature.
     ///
     /// # Safety
     /// `args` must match the kernel's parameter list in number, order and type, and the kernel
@@ -326,11 +351,11 @@ impl Stream {
     /// # use cuda_graph::*;
     /// # fn f(stream: &Stream, add_one: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// // SAFETY: add_one takes one int*, and `buf` holds it.
-    /// unsafe { stream.launch(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    /// unsafe { stream.launch_unchecked(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     /// stream.synchronize()?;
     /// # Ok(()) }
     /// ```
-    pub unsafe fn launch(
+    pub unsafe fn launch_unchecked(
         &self,
         function: &Function,
         config: LaunchConfig,

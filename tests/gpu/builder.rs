@@ -110,7 +110,7 @@ fn capture_add_one(
     let add_one = gpu.f("add_one");
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { b.launch(&add_one, one(), &args![buf])? };
+    unsafe { b.launch_unchecked(&add_one, one(), &args![buf])? };
     b.end_building()
 }
 
@@ -120,7 +120,7 @@ fn straight_capture_of_three_kernels(gpu: &Gpu) -> TestResult {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     for (m, c) in [(2i32, 1i32), (3, 0), (1, 5)] {
         // SAFETY: affine(int*, int, int).
-        unsafe { b.launch(&affine, one(), &args![&buf, m, c])? };
+        unsafe { b.launch_unchecked(&affine, one(), &args![&buf, m, c])? };
     }
     // Nothing ran yet: capture only records.
     let graph = b
@@ -169,8 +169,8 @@ fn stream_builder_captures_on_that_stream(gpu: &Gpu) -> TestResult {
     assert!(s.is_capturing()?);
     // Work issued on the stream itself is captured too.
     // SAFETY: add_one(int*).
-    unsafe { s.launch(&add_one, one(), &args![&buf])? };
-    unsafe { b.launch(&add_one, one(), &args![&buf])? };
+    unsafe { s.launch_unchecked(&add_one, one(), &args![&buf])? };
+    unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
     let g = b
         .end_building()?
         .complete(&GraphCompleteOptions::default())?;
@@ -215,7 +215,7 @@ fn update_with_new_kernel_arguments(gpu: &Gpu) -> TestResult {
      -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
         let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
         // SAFETY: affine(int*, int, int).
-        unsafe { bld.launch(&affine, one(), &args![buf, m, c])? };
+        unsafe { bld.launch_unchecked(&affine, one(), &args![buf, m, c])? };
         bld.end_building()
     };
     let mut graph = capture(&a, 1, 10)?.complete(&GraphCompleteOptions::default())?;
@@ -242,8 +242,8 @@ fn update_with_changed_topology_fails_and_old_exec_works(gpu: &Gpu) -> TestResul
     let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
     unsafe {
-        bld.launch(&add_one, one(), &args![&other])?;
-        bld.launch(&add_one, one(), &args![&other])?;
+        bld.launch_unchecked(&add_one, one(), &args![&other])?;
+        bld.launch_unchecked(&add_one, one(), &args![&other])?;
     }
     let source = bld.end_building()?;
     match graph.update(&source) {
@@ -280,7 +280,7 @@ fn all_three_capture_modes(gpu: &Gpu) -> TestResult {
     let s = gpu.stream();
     // SAFETY (all three): add_one(int*).
     let g = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    unsafe { g.launch(&add_one, one(), &args![&buf])? };
+    unsafe { g.launch_unchecked(&add_one, one(), &args![&buf])? };
     g.end_building()?
         .complete(&Default::default())?
         .launch(&s)?;
@@ -288,12 +288,12 @@ fn all_three_capture_modes(gpu: &Gpu) -> TestResult {
         .device
         .create_graph_builder()?
         .begin_building(ThreadLocal)?;
-    unsafe { t.launch(&add_one, one(), &args![&buf])? };
+    unsafe { t.launch_unchecked(&add_one, one(), &args![&buf])? };
     t.end_building()?
         .complete(&Default::default())?
         .launch(&s)?;
     let r = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
-    unsafe { r.launch(&add_one, one(), &args![&buf])? };
+    unsafe { r.launch_unchecked(&add_one, one(), &args![&buf])? };
     r.end_building()?
         .complete(&Default::default())?
         .launch(&s)?;
@@ -371,7 +371,7 @@ fn stream_works(gpu: &Gpu, s: &Stream) -> TestResult {
     let add_one = gpu.f("add_one");
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     // SAFETY: add_one(int*).
-    unsafe { s.launch(&add_one, one(), &args![&buf])? };
+    unsafe { s.launch_unchecked(&add_one, one(), &args![&buf])? };
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [1], "the stream runs work again");
     assert!(!s.is_capturing()?);
@@ -389,9 +389,9 @@ fn drop_mid_capture_leaves_stream_usable(gpu: &Gpu) -> TestResult {
             _ => {
                 let b = s.create_graph_builder().begin_building(Relaxed)?;
                 // SAFETY: add_one(int*).
-                unsafe { b.launch(&add_one, one(), &args![&buf])? };
+                unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
                 let [f1, _f2] = b.split::<2>()?;
-                unsafe { f1.launch(&add_one, one(), &args![&buf])? };
+                unsafe { f1.launch_unchecked(&add_one, one(), &args![&buf])? };
                 // forks and parent dropped mid-capture, in reverse order
             }
         }
@@ -409,7 +409,7 @@ fn panic_while_capturing_unwinds_cleanly(gpu: &Gpu) -> TestResult {
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let b = s.create_graph_builder().begin_building(Global).unwrap();
         // SAFETY: add_one(int*).
-        unsafe { b.launch(&add_one, one(), &args![&buf]).unwrap() };
+        unsafe { b.launch_unchecked(&add_one, one(), &args![&buf]).unwrap() };
         panic!("user code failed mid-capture");
     }));
     assert!(caught.is_err());
@@ -459,7 +459,7 @@ fn refused_begin_leaves_other_capture_alone(gpu: &Gpu) -> TestResult {
     drop(second);
     first.capture_status()?;
     // SAFETY: add_one(int*).
-    unsafe { first.launch(&add_one, one(), &args![&buf])? };
+    unsafe { first.launch_unchecked(&add_one, one(), &args![&buf])? };
     let g = first.end_building()?.complete(&Default::default())?;
     g.launch(&s)?;
     s.synchronize()?;
@@ -472,10 +472,10 @@ fn relaxed_capture_ends_on_another_thread(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
     // SAFETY: add_one(int*).
-    unsafe { b.launch(&add_one, one(), &args![&buf])? };
+    unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
     let ended = std::thread::spawn(move || {
         // SAFETY: as above.
-        unsafe { b.launch(&add_one, one(), &args![&buf])? };
+        unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
         b.end_building().map(|e| (e, buf))
     })
     .join()
@@ -496,7 +496,7 @@ fn graph_outlives_builder_and_buffer_handles(gpu: &Gpu) -> TestResult {
         let add_one = gpu.f("add_one");
         let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
         // SAFETY: add_one(int*).
-        unsafe { b.launch(&add_one, one(), &args![&buf])? };
+        unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
         b.memcpy_dtod(&witness, &buf)?;
         b.end_building()?.complete(&Default::default())?
     };
@@ -524,7 +524,7 @@ fn releases_do_not_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
     };
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     drop(old); // releases `doomed` (cuMemFree) on the release thread, possibly mid-capture
     std::thread::sleep(std::time::Duration::from_millis(200));
     let released_mid_capture = probe.is_released();

@@ -92,10 +92,10 @@ fn if_graph(gpu: &Gpu, buf: &DeviceBuffer<i32>, value: u32) -> cuda_graph::Resul
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(None)?;
     // SAFETY: set_condition(handle, unsigned), add_one(int*).
-    unsafe { p.launch(&set, one(), &args![h, value])? };
+    unsafe { p.launch_unchecked(&set, one(), &args![h, value])? };
     {
         let body = p.if_then(&h)?.begin_building(Global)?;
-        unsafe { body.launch(&add_one, one(), &args![buf])? };
+        unsafe { body.launch_unchecked(&add_one, one(), &args![buf])? };
         body.end_building()?;
     }
     p.end_building()?.complete(&Default::default())
@@ -119,7 +119,7 @@ fn if_with_default_value(gpu: &Gpu) -> TestResult {
         {
             let body = p.if_then(&h)?.begin_building(Global)?;
             // SAFETY: add_one(int*).
-            unsafe { body.launch(&add_one, one(), &args![&buf])? };
+            unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
             body.end_building()?;
         }
         let g = p.end_building()?.complete(&Default::default())?;
@@ -137,14 +137,14 @@ fn if_else_both_ways(gpu: &Gpu) -> TestResult {
         let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
         let h = p.create_conditional_handle(None)?;
         // SAFETY: set_condition(handle, unsigned), add_one_at(int*, int) with i < 2.
-        unsafe { p.launch(&set, one(), &args![h, value])? };
+        unsafe { p.launch_unchecked(&set, one(), &args![h, value])? };
         {
             let (then_b, else_b) = p.if_else(&h)?;
             let t = then_b.begin_building(Global)?;
-            unsafe { t.launch(&add_one_at, one(), &args![&buf, 0i32])? };
+            unsafe { t.launch_unchecked(&add_one_at, one(), &args![&buf, 0i32])? };
             t.end_building()?;
             let e = else_b.begin_building(Global)?;
-            unsafe { e.launch(&add_one_at, one(), &args![&buf, 1i32])? };
+            unsafe { e.launch_unchecked(&add_one_at, one(), &args![&buf, 1i32])? };
             e.end_building()?;
         }
         launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
@@ -166,10 +166,10 @@ fn switch_0_1_2_and_out_of_range(gpu: &Gpu) -> TestResult {
         let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
         let h = p.create_conditional_handle(None)?;
         // SAFETY: set_condition(handle, unsigned), add_one_at(int*, int) with i < 3.
-        unsafe { p.launch(&set, one(), &args![h, value])? };
+        unsafe { p.launch_unchecked(&set, one(), &args![h, value])? };
         for (i, body) in p.switch(&h, 3)?.into_iter().enumerate() {
             let b = body.begin_building(Global)?;
-            unsafe { b.launch(&add_one_at, one(), &args![&buf, i as i32])? };
+            unsafe { b.launch_unchecked(&add_one_at, one(), &args![&buf, i as i32])? };
             b.end_building()?;
         }
         launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
@@ -188,7 +188,7 @@ fn while_countdown_runs_k_times(gpu: &Gpu) -> TestResult {
         {
             let body = p.while_loop(&h)?.begin_building(Global)?;
             // SAFETY: countdown(handle, int*, int*).
-            unsafe { body.launch(&countdown, one(), &args![h, &counter, &iterations])? };
+            unsafe { body.launch_unchecked(&countdown, one(), &args![h, &counter, &iterations])? };
             body.end_building()?;
         }
         launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
@@ -207,7 +207,7 @@ fn while_with_false_default_runs_zero_times(gpu: &Gpu) -> TestResult {
     {
         let body = p.while_loop(&h)?.begin_building(Global)?;
         // SAFETY: countdown(handle, int*, int*).
-        unsafe { body.launch(&countdown, one(), &args![h, &counter, &iterations])? };
+        unsafe { body.launch_unchecked(&countdown, one(), &args![h, &counter, &iterations])? };
         body.end_building()?;
     }
     launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
@@ -224,12 +224,12 @@ fn conditional_on_a_forked_builder(gpu: &Gpu) -> TestResult {
     let [a, b] = p.split::<2>()?;
     // SAFETY: set_condition(handle, unsigned), add_one_at(int*, int) with i < 2.
     unsafe {
-        a.launch(&set, one(), &args![h_yes, 1u32])?;
-        b.launch(&set, one(), &args![h_no, 0u32])?;
+        a.launch_unchecked(&set, one(), &args![h_yes, 1u32])?;
+        b.launch_unchecked(&set, one(), &args![h_no, 0u32])?;
     }
     for (fork, h, i) in [(&a, h_yes, 0i32), (&b, h_no, 1i32)] {
         let body = fork.if_then(&h)?.begin_building(Global)?;
-        unsafe { body.launch(&add_one_at, one(), &args![&buf, i])? };
+        unsafe { body.launch_unchecked(&add_one_at, one(), &args![&buf, i])? };
         body.end_building()?;
     }
     p.join([a, b])?;
@@ -245,15 +245,15 @@ fn if_nested_in_an_if(gpu: &Gpu) -> TestResult {
         let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
         let h = p.create_conditional_handle(None)?;
         // SAFETY: set_condition(handle, unsigned), add_one_at(int*, int) with i < 2.
-        unsafe { p.launch(&set, one(), &args![h, outer])? };
+        unsafe { p.launch_unchecked(&set, one(), &args![h, outer])? };
         {
             let body = p.if_then(&h)?.begin_building(Global)?;
-            unsafe { body.launch(&add_one_at, one(), &args![&buf, 0i32])? };
+            unsafe { body.launch_unchecked(&add_one_at, one(), &args![&buf, 0i32])? };
             let h2 = body.create_conditional_handle(None)?;
-            unsafe { body.launch(&set, one(), &args![h2, inner])? };
+            unsafe { body.launch_unchecked(&set, one(), &args![h2, inner])? };
             {
                 let nested = body.if_then(&h2)?.begin_building(Global)?;
-                unsafe { nested.launch(&add_one_at, one(), &args![&buf, 1i32])? };
+                unsafe { nested.launch_unchecked(&add_one_at, one(), &args![&buf, 1i32])? };
                 nested.end_building()?;
             }
             body.end_building()?;
@@ -274,11 +274,11 @@ fn body_forks_and_joins_inside(gpu: &Gpu) -> TestResult {
         let [x, y] = body.split::<2>()?;
         // SAFETY: add_one_at(int*, int) with i < 3.
         unsafe {
-            x.launch(&add_one_at, one(), &args![&buf, 0i32])?;
-            y.launch(&add_one_at, one(), &args![&buf, 1i32])?;
+            x.launch_unchecked(&add_one_at, one(), &args![&buf, 0i32])?;
+            y.launch_unchecked(&add_one_at, one(), &args![&buf, 1i32])?;
         }
         body.join([x, y])?;
-        unsafe { body.launch(&add_one_at, one(), &args![&buf, 2i32])? };
+        unsafe { body.launch_unchecked(&add_one_at, one(), &args![&buf, 2i32])? };
         body.end_building()?;
     }
     launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
@@ -295,7 +295,7 @@ fn empty_body_is_valid(gpu: &Gpu) -> TestResult {
     let h2 = p.create_conditional_handle(Some(1))?;
     p.if_then(&h2)?.begin_building(Global)?.end_building()?; // started, nothing recorded
                                                              // SAFETY: add_one(int*).
-    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
     assert_eq!(buf.to_vec()?, [1]);
     Ok(())
@@ -310,11 +310,11 @@ fn later_parent_work_runs_after_the_conditional(gpu: &Gpu) -> TestResult {
     {
         let body = p.while_loop(&h)?.begin_building(Global)?;
         // SAFETY: countdown(handle, int*, int*), affine(int*, int, int).
-        unsafe { body.launch(&countdown, one(), &args![h, &counter, &iterations])? };
+        unsafe { body.launch_unchecked(&countdown, one(), &args![h, &counter, &iterations])? };
         body.end_building()?;
     }
     // Doubles the iteration count: only right if it runs after the loop.
-    unsafe { p.launch(&affine, one(), &args![&iterations, 10i32, 1i32])? };
+    unsafe { p.launch_unchecked(&affine, one(), &args![&iterations, 10i32, 1i32])? };
     launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
     assert_eq!(iterations.to_vec()?, [41]);
     Ok(())
@@ -378,10 +378,10 @@ fn heat_diffusion_loop_converges_on_device(gpu: &Gpu) -> TestResult {
         // const float*, int, unsigned*); copy_f32(const float*, float*, int);
         // converged_check(handle, unsigned*, float, int*, int). All buffers hold N floats.
         unsafe {
-            body.launch(&step, cfg, &args![&u, &v, n, ALPHA])?;
-            body.launch(&maxdiff, cfg, &args![&u, &v, n, &diff_bits])?;
-            body.launch(&copy, cfg, &args![&v, &u, n])?;
-            body.launch(&check, one(), &args![h, &diff_bits, TOL, &iters, MAX_ITER])?;
+            body.launch_unchecked(&step, cfg, &args![&u, &v, n, ALPHA])?;
+            body.launch_unchecked(&maxdiff, cfg, &args![&u, &v, n, &diff_bits])?;
+            body.launch_unchecked(&copy, cfg, &args![&v, &u, n])?;
+            body.launch_unchecked(&check, one(), &args![h, &diff_bits, TOL, &iters, MAX_ITER])?;
         }
         body.end_building()?;
     }
@@ -430,7 +430,7 @@ fn unused_handle_is_refused_at_instantiation(gpu: &Gpu) -> TestResult {
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let _unused = p.create_conditional_handle(Some(1))?;
     // SAFETY: add_one(int*).
-    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     match p.end_building()?.complete(&Default::default()) {
         Err(e @ Error::Instantiate { .. }) => {
             println!("{e}");

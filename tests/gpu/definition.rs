@@ -226,7 +226,7 @@ fn k(
 ) -> cuda_graph::Result<KernelNode> {
     // SAFETY: every caller passes arguments matching the kernel's parameters and in-bounds
     // buffers (see the comment at each call).
-    unsafe { def.add_kernel(deps, f, config, &args) }
+    unsafe { def.add_kernel_unchecked(deps, f, config, &args) }
 }
 
 fn counts(def: &GraphDefinition) -> cuda_graph::Result<(usize, usize)> {
@@ -339,7 +339,7 @@ fn event_record_node_records_after_its_dependencies(gpu: &Gpu) -> TestResult {
     // and the fill would leave 7.
     s2.wait(&event)?;
     // SAFETY: affine(int*, int, int) on one int.
-    unsafe { s2.launch(&gpu.f("affine"), one(), &args![&buf, 2i32, 0i32])? };
+    unsafe { s2.launch_unchecked(&gpu.f("affine"), one(), &args![&buf, 2i32, 0i32])? };
     s2.synchronize()?;
     s1.synchronize()?;
     assert_eq!(buf.to_vec()?, [14], "the event was recorded after the fill");
@@ -364,8 +364,8 @@ fn event_wait_node_waits_for_other_stream_work(gpu: &Gpu) -> TestResult {
     let (s1, s2) = (gpu.stream(), gpu.stream());
     // SAFETY: spin(unsigned long long), fill(int*, int, int) with one element.
     unsafe {
-        s1.launch(&gpu.f("spin"), one(), &args![200_000_000u64])?;
-        s1.launch(&gpu.f("fill"), one(), &args![&buf, 1i32, 7i32])?;
+        s1.launch_unchecked(&gpu.f("spin"), one(), &args![200_000_000u64])?;
+        s1.launch_unchecked(&gpu.f("fill"), one(), &args![&buf, 1i32, 7i32])?;
     }
     s1.record(&event)?;
     g.launch(&s2)?;
@@ -406,7 +406,7 @@ fn child_graph_nodes_embed_copies(gpu: &Gpu) -> TestResult {
     // A captured child (+1) and an explicit child (*10).
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: affine(int*, int, int).
-    unsafe { b.launch(&affine, one(), &args![&buf, 1i32, 1i32])? };
+    unsafe { b.launch_unchecked(&affine, one(), &args![&buf, 1i32, 1i32])? };
     let captured = b.end_building()?;
     let explicit = GraphDefinition::new(&gpu.device)?;
     k(&explicit, &[], &affine, one(), args![&buf, 10i32, 0i32])?;
@@ -1023,8 +1023,8 @@ fn view_of_an_ended_builder_sees_and_extends_the_capture(gpu: &Gpu) -> TestResul
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: affine(int*, int, int).
     unsafe {
-        b.launch(&affine, one(), &args![&buf, 1i32, 1i32])?;
-        b.launch(&affine, one(), &args![&buf, 1i32, 1i32])?;
+        b.launch_unchecked(&affine, one(), &args![&buf, 1i32, 1i32])?;
+        b.launch_unchecked(&affine, one(), &args![&buf, 1i32, 1i32])?;
     }
     let ended = b.end_building()?;
     let def = ended.graph_definition()?;
@@ -1061,7 +1061,7 @@ fn hybrid_body_captured_then_extended(gpu: &Gpu) -> TestResult {
     let view = {
         let body = parent.if_then(&h)?.begin_building(Global)?;
         // SAFETY: add_one(int*).
-        unsafe { body.launch(&add_one, one(), &args![&buf])? };
+        unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
         let ended = body.end_building()?;
         let view = ended.graph_definition()?;
         let captured = view.nodes()?;
@@ -1117,7 +1117,7 @@ fn body_definition_refused_while_the_body_captures(gpu: &Gpu) -> TestResult {
         ));
         assert!(matches!(view.nodes(), Err(Error::InvalidArgument(_))));
         // SAFETY: add_one(int*).
-        unsafe { capturing.launch(&add_one, one(), &args![&buf])? };
+        unsafe { capturing.launch_unchecked(&add_one, one(), &args![&buf])? };
         capturing.end_building()?;
         let captured = view.nodes()?;
         assert_eq!(captured.len(), 1, "usable again once the capture ended");
@@ -1151,7 +1151,7 @@ fn update_an_exec_from_a_definition(gpu: &Gpu) -> TestResult {
     // From a view of an ended builder, too.
     let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: affine(int*, int, int).
-    unsafe { bld.launch(&affine, one(), &args![&a, 1i32, 1i32])? };
+    unsafe { bld.launch_unchecked(&affine, one(), &args![&a, 1i32, 1i32])? };
     let view = bld.end_building()?.graph_definition()?;
     g.update(&view)?;
     launch(gpu, &g)?;
@@ -1197,7 +1197,7 @@ fn embed_a_definition_in_a_capture(gpu: &Gpu) -> TestResult {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     b.embed(&child)?;
     // SAFETY: affine(int*, int, int).
-    unsafe { b.launch(&affine, one(), &args![&buf, 10i32, 0i32])? };
+    unsafe { b.launch_unchecked(&affine, one(), &args![&buf, 10i32, 0i32])? };
     drop(child);
     launch(gpu, &b.end_building()?.complete(&Default::default())?)?;
     assert_eq!(buf.to_vec()?, [10]);

@@ -83,14 +83,14 @@ fn fork_join_two_branches(gpu: &Gpu) -> TestResult {
     );
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*), affine(int*, int, int).
-    unsafe { p.launch(&add_one, one(), &args![&a])? }; // a = 1 before the fork
+    unsafe { p.launch_unchecked(&add_one, one(), &args![&a])? }; // a = 1 before the fork
     let [l, r] = p.split::<2>()?;
     unsafe {
-        l.launch(&affine, one(), &args![&a, 10i32, 0i32])?; // a = 10, after the parent's add
-        r.launch(&affine, one(), &args![&b, 1i32, 7i32])?; // b = 7
+        l.launch_unchecked(&affine, one(), &args![&a, 10i32, 0i32])?; // a = 10, after the parent's add
+        r.launch_unchecked(&affine, one(), &args![&b, 1i32, 7i32])?; // b = 7
     }
     p.join([l, r])?;
-    unsafe { p.launch(&add_one, one(), &args![&a])? }; // after the join: a = 11
+    unsafe { p.launch_unchecked(&add_one, one(), &args![&a])? }; // after the join: a = 11
     let g = p.end_building()?.complete(&Default::default())?;
     run(gpu, &g)?;
     assert_eq!((a.to_vec()?[0], b.to_vec()?[0]), (11, 7));
@@ -109,7 +109,7 @@ fn fork_join_three_branches(gpu: &Gpu) -> TestResult {
     let forks = p.split::<3>()?;
     for (i, f) in forks.iter().enumerate() {
         // SAFETY: affine(int*, int, int).
-        unsafe { f.launch(&affine, one(), &args![&bufs[i], 1i32, (i as i32 + 1) * 100])? };
+        unsafe { f.launch_unchecked(&affine, one(), &args![&bufs[i], 1i32, (i as i32 + 1) * 100])? };
     }
     p.join(forks)?;
     let g = p.end_building()?.complete(&Default::default())?;
@@ -131,14 +131,14 @@ fn fork_of_a_fork(gpu: &Gpu) -> TestResult {
         let [a1, a2] = a.split::<2>()?;
         // SAFETY: add_one_at(int*, int) with i < 4.
         unsafe {
-            a1.launch(&add_one_at, one(), &args![&buf, 0i32])?;
-            a2.launch(&add_one_at, one(), &args![&buf, 1i32])?;
+            a1.launch_unchecked(&add_one_at, one(), &args![&buf, 0i32])?;
+            a2.launch_unchecked(&add_one_at, one(), &args![&buf, 1i32])?;
         }
         a.join([a1, a2])?;
     }
     unsafe {
-        a.launch(&add_one_at, one(), &args![&buf, 2i32])?;
-        b.launch(&add_one_at, one(), &args![&buf, 3i32])?;
+        a.launch_unchecked(&add_one_at, one(), &args![&buf, 2i32])?;
+        b.launch_unchecked(&add_one_at, one(), &args![&buf, 3i32])?;
     }
     p.join([a, b])?;
     let g = p.end_building()?.complete(&Default::default())?;
@@ -156,8 +156,8 @@ fn fork_dropped_without_join_gives_a_valid_graph(gpu: &Gpu) -> TestResult {
         let [x, y] = p.split::<2>()?;
         // SAFETY: add_one_at(int*, int) with i < 2.
         unsafe {
-            x.launch(&add_one_at, one(), &args![&buf, 0i32])?;
-            y.launch(&add_one_at, one(), &args![&buf, 1i32])?;
+            x.launch_unchecked(&add_one_at, one(), &args![&buf, 0i32])?;
+            y.launch_unchecked(&add_one_at, one(), &args![&buf, 1i32])?;
         }
         // no join: dropping x and y joins them
     }
@@ -176,10 +176,10 @@ fn builder_owned_streams_live_as_long_as_needed(gpu: &Gpu) -> TestResult {
             let forks = p.split::<4>()?;
             // Only one fork writes: the forks run concurrently and add_one is not atomic.
             // SAFETY: add_one(int*).
-            unsafe { forks[0].launch(&add_one, one(), &args![&buf])? };
+            unsafe { forks[0].launch_unchecked(&add_one, one(), &args![&buf])? };
             drop(forks); // the fork streams must stay alive until the capture ends
         }
-        unsafe { p.launch(&add_one, one(), &args![&buf])? };
+        unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
         p.end_building()?.complete(&Default::default())?
         // the builder and its own stream drop here
     };
@@ -194,13 +194,13 @@ fn child_graph_embedded_between_two_kernels(gpu: &Gpu) -> TestResult {
     let child = gpu.device.create_graph_builder()?.begin_building(Global)?;
     for _ in 0..3 {
         // SAFETY: add_one_at(int*, int) with i < 2.
-        unsafe { child.launch(&add_one_at, one(), &args![&a, 1i32])? };
+        unsafe { child.launch_unchecked(&add_one_at, one(), &args![&a, 1i32])? };
     }
     let child = child.end_building()?;
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    unsafe { p.launch(&add_one_at, one(), &args![&a, 0i32])? };
+    unsafe { p.launch_unchecked(&add_one_at, one(), &args![&a, 0i32])? };
     p.embed(&child)?;
-    unsafe { p.launch(&add_one_at, one(), &args![&a, 0i32])? };
+    unsafe { p.launch_unchecked(&add_one_at, one(), &args![&a, 0i32])? };
     let g = p.end_building()?.complete(&Default::default())?;
     run(gpu, &g)?;
     assert_eq!(a.to_vec()?, [2, 3]);
@@ -214,8 +214,8 @@ fn embedded_child_outlives_its_builder(gpu: &Gpu) -> TestResult {
     let child = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
     unsafe {
-        child.launch(&add_one, one(), &args![&inner])?;
-        child.launch(&add_one, one(), &args![&a])?;
+        child.launch_unchecked(&add_one, one(), &args![&inner])?;
+        child.launch_unchecked(&add_one, one(), &args![&a])?;
     }
     let child = child.end_building()?;
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
@@ -237,7 +237,7 @@ fn callback_runs_once_per_launch_and_outlives_other_references(gpu: &Gpu) -> Tes
     let counter = Arc::new(AtomicUsize::new(0));
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     let c = counter.clone();
     let cb = p.callback(move || {
         c.fetch_add(1, Ordering::SeqCst);
@@ -293,7 +293,7 @@ fn callback_panic_is_caught(gpu: &Gpu) -> TestResult {
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let cb = p.callback(|| panic!("boom in a host callback"))?;
     // SAFETY: add_one(int*).
-    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     let g = p.end_building()?.complete(&Default::default())?;
     let s = gpu.stream();
     g.launch(&s)?;
@@ -361,7 +361,7 @@ fn failed_join_leaves_nothing_dangling(gpu: &Gpu) -> TestResult {
     let forks = p.split::<3>()?;
     let fork_streams: Vec<Stream> = forks.iter().map(|f| f.stream().clone()).collect();
     // SAFETY: add_one(int*).
-    unsafe { forks[0].launch(&add_one, one(), &args![&buf])? };
+    unsafe { forks[0].launch_unchecked(&add_one, one(), &args![&buf])? };
     // Synchronising a capturing stream invalidates the whole capture.
     assert!(p.stream().synchronize().is_err());
     let joined = p.join(forks);
@@ -373,7 +373,7 @@ fn failed_join_leaves_nothing_dangling(gpu: &Gpu) -> TestResult {
     for st in fork_streams.iter().chain([&s]) {
         assert!(!st.is_capturing()?, "no stream is left capturing");
         // SAFETY: add_one(int*).
-        unsafe { st.launch(&add_one, one(), &args![&buf])? };
+        unsafe { st.launch_unchecked(&add_one, one(), &args![&buf])? };
         st.synchronize()?;
     }
     assert_eq!(

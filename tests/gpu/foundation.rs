@@ -159,13 +159,13 @@ fn module_load_and_add_one_launch(gpu: &Gpu) -> TestResult {
     let s = gpu.stream();
     for _ in 0..3 {
         // SAFETY: add_one(int*) with a one-int buffer.
-        unsafe { s.launch(&add_one, one(), &args![&buf])? };
+        unsafe { s.launch_unchecked(&add_one, one(), &args![&buf])? };
     }
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [3]);
     let affine = gpu.f("affine");
     // SAFETY: affine(int*, int, int).
-    unsafe { s.launch(&affine, one(), &args![&buf, 5i32, 2i32])? };
+    unsafe { s.launch_unchecked(&affine, one(), &args![&buf, 5i32, 2i32])? };
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [17]);
     match gpu.module.function("no_such_kernel") {
@@ -213,7 +213,7 @@ fn stream_event_ordering_across_two_streams(gpu: &Gpu) -> TestResult {
     let ev = gpu.device.create_event()?;
     // SAFETY: fill(int*, int n, int v) over N ints.
     unsafe {
-        s1.launch(
+        s1.launch_unchecked(
             &fill,
             LaunchConfig::for_num_elems(N as u32),
             &args![&a, N as i32, 7i32],

@@ -74,7 +74,7 @@ fn every_node_kind_reads_back_what_was_set(gpu: &Gpu) -> TestResult {
         shared_mem_bytes: 64,
     };
     // SAFETY: add_one_at(int*, int) with i = 3 < 8; only thread 0 acts.
-    let kernel = unsafe { def.add_kernel(&[], &gpu.f("add_one_at"), cfg, &args![&buf, 3i32])? };
+    let kernel = unsafe { def.add_kernel_unchecked(&[], &gpu.f("add_one_at"), cfg, &args![&buf, 3i32])? };
     let memset = def.add_memset(&[&kernel], &buf, 7i32)?;
     let memcpy = def.add_memcpy(&[&memset], &buf, &src)?;
     let calls = Arc::new(AtomicU32::new(0));
@@ -162,7 +162,7 @@ fn captured_and_copied_nodes_read_back(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(4)?;
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: fill(int* p, int n, int v) over 4 ints of `buf`.
-    unsafe { b.launch(&gpu.f("fill"), one(), &args![&buf, 4i32, 9i32])? };
+    unsafe { b.launch_unchecked(&gpu.f("fill"), one(), &args![&buf, 4i32, 9i32])? };
     let ended = b.end_building()?;
     let view = ended.graph_definition()?;
     let nodes = view.nodes()?;
@@ -213,7 +213,7 @@ fn updated_parameters_read_back(gpu: &Gpu) -> TestResult {
     // fill(int* p, int n, int v)
     let f = k(&def, &[], &gpu.f("fill"), args![&a, 4i32, 1i32])?;
     // SAFETY: fill(int*, int, int) over 2 ints of `b`.
-    let params = unsafe { NodeParams::kernel(&gpu.f("fill"), one(), args![&b, 2i32, 5i32]) };
+    let params = unsafe { NodeParams::kernel_unchecked(&gpu.f("fill"), one(), args![&b, 2i32, 5i32]) };
     def.set_params(&f, params)?;
     let info = def.node_info(&f)?;
     assert_eq!(info.arg::<u64>(0), Some(b.device_ptr()));
@@ -265,7 +265,7 @@ fn child_graph_view_extends_the_node_and_dies_with_it(gpu: &Gpu) -> TestResult {
     // An exec update of a node inside it is refused (the child-graph node is the unit).
     let mut g = parent.instantiate(&GraphCompleteOptions::default())?;
     // SAFETY: add_one(int*).
-    let params = unsafe { NodeParams::kernel(&gpu.f("add_one"), one(), args![&buf]) };
+    let params = unsafe { NodeParams::kernel_unchecked(&gpu.f("add_one"), one(), args![&buf]) };
     assert!(g.set_params(&second, params).is_err());
     launch(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [4]);
@@ -350,7 +350,7 @@ fn captured_body_tests_the_parent_handle(gpu: &Gpu) -> TestResult {
             // The body's IF tests a handle of the top-level graph.
             let inner = outer.if_then(&h_inner)?.begin_building(Global)?;
             // SAFETY: add_one(int*).
-            unsafe { inner.launch(&add_one, one(), &args![&buf])? };
+            unsafe { inner.launch_unchecked(&add_one, one(), &args![&buf])? };
             inner.end_building()?;
         }
         outer.end_building()?;
@@ -381,7 +381,7 @@ fn conditional_in_a_child_graph_tests_the_outer_handle(gpu: &Gpu) -> TestResult 
     assert_eq!(buf.to_vec()?, [1]);
     // A node in a body inside the child's graph is not the exec's to update on its own.
     // SAFETY: add_one(int*).
-    let params = unsafe { NodeParams::kernel(&gpu.f("add_one"), one(), args![&buf]) };
+    let params = unsafe { NodeParams::kernel_unchecked(&gpu.f("add_one"), one(), args![&buf]) };
     match g.set_params(&inner, params) {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("child-graph node"), "{m}"),
         other => panic!("expected a refusal, got {other:?}"),

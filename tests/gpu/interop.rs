@@ -102,7 +102,7 @@ fn capture_on_a_raw_stream_keeps_its_owner_until_the_last_use(gpu: &Gpu) -> Test
 
     let b = stream.create_graph_builder().begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { b.launch(&add_one, one(), &args![&buf])? };
+    unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
     // Work issued on the raw handle behind the crate's back is recorded too (its operands are
     // the caller's to keep alive: `buf` outlives the graph here).
     let mut p = buf.device_ptr();
@@ -189,11 +189,11 @@ fn raw_kernel_in_a_capture_and_a_definition(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { b.launch(&k, one(), &args![&buf])? };
+    unsafe { b.launch_unchecked(&k, one(), &args![&buf])? };
     let captured = b.end_building()?.complete(&Default::default())?;
     let def = GraphDefinition::new(&gpu.device)?;
     // SAFETY: add_one(int*).
-    unsafe { def.add_kernel(&[], &k, one(), &args![&buf])? };
+    unsafe { def.add_kernel_unchecked(&[], &k, one(), &args![&buf])? };
     let explicit = def.instantiate(&Default::default())?;
     drop((k, def));
     let s = gpu.stream();
@@ -269,7 +269,7 @@ fn raw_buffer_is_held_like_an_allocation_until_the_last_use(gpu: &Gpu) -> TestRe
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     b.memset_d32(&buf, 5)?;
     // SAFETY: add_one_at(int*, int) with index 1 of 4.
-    unsafe { b.launch(&add_one_at, one(), &args![&buf, 1i32])? };
+    unsafe { b.launch_unchecked(&add_one_at, one(), &args![&buf, 1i32])? };
     b.memcpy_dtod(&copy, &buf)?;
     let captured = b.end_building()?.complete(&Default::default())?;
 
@@ -277,7 +277,7 @@ fn raw_buffer_is_held_like_an_allocation_until_the_last_use(gpu: &Gpu) -> TestRe
     let clone = buf.clone();
     let def = GraphDefinition::new(&gpu.device)?;
     // SAFETY: add_one_at(int*, int) with index 3 of 4.
-    let k = unsafe { def.add_kernel(&[], &add_one_at, one(), &args![&clone, 3i32])? };
+    let k = unsafe { def.add_kernel_unchecked(&[], &add_one_at, one(), &args![&clone, 3i32])? };
     def.add_memcpy(&[&k], &copy, &clone)?;
     let explicit = def.instantiate(&Default::default())?;
 
@@ -402,7 +402,7 @@ fn cublas_gemm_between_two_kernels_in_one_graph(gpu: &Gpu) -> TestResult {
     let (na, nc) = ((M * K) as i32, (M * N) as i32);
     // SAFETY: copy_f32(const float*, float*, int) over M·K floats.
     unsafe {
-        builder.launch(
+        builder.launch_unchecked(
             &copy_f32,
             LaunchConfig::for_num_elems(na as u32),
             &args![&a_in, &a, na],
@@ -411,7 +411,7 @@ fn cublas_gemm_between_two_kernels_in_one_graph(gpu: &Gpu) -> TestResult {
     gemm()?; // on `s.as_raw()`, which is capturing: recorded into the graph
              // SAFETY: heat_step(const float*, float*, int, float) over M·N floats.
     unsafe {
-        builder.launch(
+        builder.launch_unchecked(
             &heat_step,
             LaunchConfig::for_num_elems(nc as u32),
             &args![&c, &out, nc, HEAT],

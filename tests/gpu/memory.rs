@@ -64,8 +64,8 @@ fn scratch_graph(gpu: &Gpu, out: &DeviceBuffer<i32>, v: i32) -> cuda_graph::Resu
     // SAFETY: fill(int*, int, int) and copy_i32(const int*, int*, int); scratch and out hold N
     // ints, scratch between its allocation and free.
     unsafe {
-        b.launch(&gpu.f("fill"), cfg(), &args![&scratch, N, v])?;
-        b.launch(&gpu.f("copy_i32"), cfg(), &args![&scratch, out, N])?;
+        b.launch_unchecked(&gpu.f("fill"), cfg(), &args![&scratch, N, v])?;
+        b.launch_unchecked(&gpu.f("copy_i32"), cfg(), &args![&scratch, out, N])?;
     }
     b.free_async(scratch)?;
     b.end_building()?.complete(&GraphCompleteOptions::default())
@@ -97,7 +97,7 @@ fn a_captured_allocation_left_unfreed_is_freed_with_the_exec(gpu: &Gpu) -> TestR
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let kept = b.alloc_async(1 << 20)?;
     // SAFETY: fill(int*, int, int); kept holds 2^18 ints.
-    unsafe { b.launch(&gpu.f("fill"), cfg(), &args![&kept, N, 1])? };
+    unsafe { b.launch_unchecked(&gpu.f("fill"), cfg(), &args![&kept, N, 1])? };
     let g = b
         .end_building()?
         .complete(&GraphCompleteOptions::default())?;
@@ -148,7 +148,7 @@ fn stream_alloc_async_is_a_device_buffer(gpu: &Gpu) -> TestResult {
         // Zeroed, and readable without waiting for `a` (to_vec waits for the allocation).
         assert_eq!(buf.to_vec()?, vec![0; N as usize]);
         // SAFETY: fill(int*, int, int); buf holds N ints.
-        unsafe { a.launch(&gpu.f("fill"), cfg(), &args![&buf, N, 3])? };
+        unsafe { a.launch_unchecked(&gpu.f("fill"), cfg(), &args![&buf, N, 3])? };
         a.synchronize()?;
         assert_eq!(buf.to_vec()?, vec![3; N as usize]);
         // Another stream may not use it (its free is ordered on `a` only): refused, not raced.
@@ -157,7 +157,7 @@ fn stream_alloc_async_is_a_device_buffer(gpu: &Gpu) -> TestResult {
             Err(Error::InvalidArgument(_))
         ));
         // SAFETY: fill(int*, int, int); buf holds N ints.
-        let on_b = unsafe { b.launch(&gpu.f("fill"), cfg(), &args![&buf, N, 5]) };
+        let on_b = unsafe { b.launch_unchecked(&gpu.f("fill"), cfg(), &args![&buf, N, 5]) };
         assert!(matches!(on_b, Err(Error::InvalidArgument(_))));
         a.memset_d32(&buf, 9)?;
         a.synchronize()?;
@@ -180,7 +180,7 @@ fn pinned_round_trip(gpu: &Gpu) -> TestResult {
     let dev = gpu.device.alloc_zeroed::<i32>(N as usize)?;
     s.memcpy_htod_async(&dev, &host)?;
     // SAFETY: add_one(int*): dev[0] += 1.
-    unsafe { s.launch(&gpu.f("add_one"), one(), &args![&dev])? };
+    unsafe { s.launch_unchecked(&gpu.f("add_one"), one(), &args![&dev])? };
     let mut back = gpu.device.alloc_pinned::<i32>(N as usize)?;
     s.memcpy_dtoh_async(&mut back, &dev)?;
     // No synchronize: as_slice waits for the copy.
@@ -231,7 +231,7 @@ fn pinned_copies_are_refused_in_a_capture(gpu: &Gpu) -> TestResult {
 fn synchronous_copies_work_while_another_stream_captures(gpu: &Gpu) -> TestResult {
     let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
     // SAFETY: empty_kernel().
-    unsafe { b.launch(&gpu.f("empty_kernel"), one(), &KernelArgs::new())? };
+    unsafe { b.launch_unchecked(&gpu.f("empty_kernel"), one(), &KernelArgs::new())? };
     let buf = gpu.device.htod(&[1, 2, 3])?;
     assert_eq!(buf.to_vec()?, [1, 2, 3]);
     buf.copy_from(&[4, 5, 6])?;
@@ -291,7 +291,7 @@ fn event_timing(gpu: &Gpu) -> TestResult {
     let s = gpu.stream();
     s.record(&start)?;
     // SAFETY: spin(unsigned long long ns): 2 ms.
-    unsafe { s.launch(&gpu.f("spin"), one(), &args![2_000_000u64])? };
+    unsafe { s.launch_unchecked(&gpu.f("spin"), one(), &args![2_000_000u64])? };
     s.record(&end)?;
     s.record(&plain)?;
     end.synchronize()?;
@@ -327,7 +327,7 @@ fn slices_are_views_that_keep_their_allocation(gpu: &Gpu) -> TestResult {
     let tail = buf.slice(6..)?;
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: fill(int* p, int n, int v) over the 2 ints of `tail`.
-    unsafe { b.launch(&gpu.f("fill"), one(), &args![&tail, 2i32, 5i32])? };
+    unsafe { b.launch_unchecked(&gpu.f("fill"), one(), &args![&tail, 2i32, 5i32])? };
     let g = b
         .end_building()?
         .complete(&GraphCompleteOptions::default())?;

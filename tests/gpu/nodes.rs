@@ -76,13 +76,13 @@ pub(crate) fn k(
 ) -> cuda_graph::Result<KernelNode> {
     // SAFETY: every caller passes arguments matching the kernel's parameters and in-bounds
     // buffers (see the comment at each call).
-    unsafe { def.add_kernel(deps, f, one(), &args) }
+    unsafe { def.add_kernel_unchecked(deps, f, one(), &args) }
 }
 
 /// Kernel parameters; each call site names the kernel's parameters it matches.
 fn kp(f: &Function, args: KernelArgs) -> NodeParams<cuda_graph::node_kind::Kernel> {
     // SAFETY: as for `k`.
-    unsafe { NodeParams::kernel(f, one(), args) }
+    unsafe { NodeParams::kernel_unchecked(f, one(), args) }
 }
 
 fn typed_nodes_read_back_with_their_kind(gpu: &Gpu) -> TestResult {
@@ -353,7 +353,7 @@ fn captured_nodes_update_an_exec(gpu: &Gpu) -> TestResult {
     );
     let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { bld.launch(&add_one, one(), &args![&a])? };
+    unsafe { bld.launch_unchecked(&add_one, one(), &args![&a])? };
     let ended = bld.end_building()?;
     let mut g = ended.complete(&Default::default())?;
     let view = ended.graph_definition()?;
@@ -459,7 +459,7 @@ fn cache_updates_or_instantiates(gpu: &Gpu) -> TestResult {
         let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
         for _ in 0..n {
             // SAFETY: add_one(int*).
-            unsafe { bld.launch(&add_one, one(), &args![buf])? };
+            unsafe { bld.launch_unchecked(&add_one, one(), &args![buf])? };
         }
         bld.end_building()
     };

@@ -33,7 +33,7 @@ fn compiled_kernel_runs_in_a_graph(gpu: &Gpu) -> TestResult {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: scale_add(int* p, int n, int m, int b) over the 4 ints of `buf`.
     unsafe {
-        b.launch(
+        b.launch_unchecked(
             &f,
             LaunchConfig::for_num_elems(4),
             &args![&buf, 4i32, 3i32, 1i32],

@@ -175,7 +175,7 @@ fn stream_work_racing_captures_on_the_same_stream(gpu: &Gpu) -> TestResult {
         for _ in 0..300 {
             let b = stream.create_graph_builder().begin_building(Relaxed)?;
             // SAFETY: add_one(int*).
-            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
             let g = complete(b.end_building()?)?;
             g.launch(&run)?;
             run.synchronize()?;
@@ -203,8 +203,8 @@ fn four_threads_record_into_one_capture(gpu: &Gpu) -> TestResult {
                     for _ in 0..200 {
                         let own = gpu.device.alloc_zeroed::<i32>(1)?;
                         // SAFETY: add_one(int*).
-                        unsafe { b.launch(&add_one, one(), &args![&counter])? };
-                        unsafe { b.launch(&add_one, one(), &args![&own])? };
+                        unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
+                        unsafe { b.launch_unchecked(&add_one, one(), &args![&own])? };
                         b.memset_d32(&own, 0)?;
                     }
                     Ok(())
@@ -243,7 +243,7 @@ fn forks_record_from_their_own_threads(gpu: &Gpu) -> TestResult {
                 scope.spawn(move || -> cuda_graph::Result<_> {
                     for _ in 0..100 {
                         // SAFETY: add_one(int*).
-                        unsafe { fork.launch(&add_one, one(), &args![buf])? };
+                        unsafe { fork.launch_unchecked(&add_one, one(), &args![buf])? };
                     }
                     Ok(fork)
                 })
@@ -251,7 +251,7 @@ fn forks_record_from_their_own_threads(gpu: &Gpu) -> TestResult {
             .collect();
         for _ in 0..100 {
             // SAFETY: add_one(int*).
-            unsafe { b.launch(&add_one, one(), &args![&parent_buf])? };
+            unsafe { b.launch_unchecked(&add_one, one(), &args![&parent_buf])? };
         }
         handles
             .into_iter()
@@ -280,18 +280,18 @@ fn invalidated_body_then_parent_ends_completes_and_drops(gpu: &Gpu) -> TestResul
     let stream = gpu.stream();
     let p = stream.create_graph_builder().begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     let h = p.create_conditional_handle(Some(1))?;
     let body = p.if_then(&h)?.begin_building(Relaxed)?;
     // SAFETY: add_one(int*).
-    unsafe { body.launch(&add_one, one(), &args![&buf])? };
+    unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
     assert!(body.stream().synchronize().is_err());
     match body.end_building() {
         Err(Error::CaptureInvalidated(_)) => {}
         other => return Err(format!("body end: {other:?}").into()),
     }
     // SAFETY: add_one(int*).
-    unsafe { p.launch(&add_one, one(), &args![&buf])? };
+    unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     let ended = p.end_building()?;
     match ended.complete(&Default::default()) {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("conditional body"), "{m}"),
@@ -310,7 +310,7 @@ fn invalidated_body_then_parent_ends_completes_and_drops(gpu: &Gpu) -> TestResul
     // The stream captures again.
     let again = stream.create_graph_builder().begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { again.launch(&add_one, one(), &args![&buf])? };
+    unsafe { again.launch_unchecked(&add_one, one(), &args![&buf])? };
     let g = complete(again.end_building()?)?;
     g.launch(&stream)?;
     stream.synchronize()?;
@@ -328,7 +328,7 @@ fn invalidated_body_dropped_without_ending(gpu: &Gpu) -> TestResult {
         let h = p.create_conditional_handle(Some(1))?;
         let body = p.if_then(&h)?.begin_building(Relaxed)?;
         // SAFETY: add_one(int*).
-        unsafe { body.launch(&add_one, one(), &args![&buf])? };
+        unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
         let _ = body.stream().synchronize();
         drop(body);
         if parent_ends {
@@ -353,7 +353,7 @@ impl Drop for CapturesOnDrop {
         let r = (|| {
             let b = self.stream.create_graph_builder().begin_building(Global)?;
             // SAFETY: add_one(int*).
-            unsafe { b.launch(&self.k, one(), &args![&*self.buf])? };
+            unsafe { b.launch_unchecked(&self.k, one(), &args![&*self.buf])? };
             let g = b.end_building()?.complete(&Default::default())?;
             g.launch(&self.stream)?;
             self.stream.synchronize()
@@ -438,13 +438,13 @@ fn switch_bodies_cost_no_stream_until_captured(gpu: &Gpu) -> TestResult {
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(Some(0))?;
     // SAFETY: set_condition(handle, unsigned).
-    unsafe { p.launch(&set, one(), &args![h, 4095u32])? };
+    unsafe { p.launch_unchecked(&set, one(), &args![h, 4095u32])? };
     let t = Instant::now();
     let mut bodies = p.switch(&h, 4096)?;
     let made = t.elapsed();
     let last = bodies.pop().ok_or("no bodies")?.begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { last.launch(&add_one, one(), &args![&buf])? };
+    unsafe { last.launch_unchecked(&add_one, one(), &args![&buf])? };
     last.end_building()?;
     drop(bodies);
     let g = complete(p.end_building()?)?;
@@ -492,7 +492,7 @@ fn unfreed_graph_allocation_is_freed_with_its_exec(gpu: &Gpu) -> TestResult {
         let (alloc, scratch) = def.add_mem_alloc(&[], n * 4)?;
         // SAFETY: fill(int*, int n, int v); scratch holds n ints while the graph runs.
         unsafe {
-            def.add_kernel(
+            def.add_kernel_unchecked(
                 &[&alloc],
                 &fill,
                 LaunchConfig::for_num_elems(n as u32),
@@ -532,7 +532,7 @@ fn forgotten_body_blocks_complete_and_node_destruction(gpu: &Gpu) -> TestResult 
     let h = p.create_conditional_handle(Some(1))?;
     let body = p.if_then(&h)?.begin_building(Relaxed)?;
     // SAFETY: add_one(int*).
-    unsafe { body.launch(&add_one, one(), &args![&buf])? };
+    unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
     let body_stream = body.stream().clone();
     std::mem::forget(body);
     let ended = p.end_building()?;
@@ -551,7 +551,7 @@ fn forgotten_body_blocks_complete_and_node_destruction(gpu: &Gpu) -> TestResult 
     let mut other = complete({
         let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
         // SAFETY: add_one(int*).
-        unsafe { b.launch(&add_one, one(), &args![&buf])? };
+        unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
         b.end_building()?
     })?;
     assert!(other.update(&ended).is_err());
@@ -568,13 +568,13 @@ fn forgotten_fork_fails_the_end_cleanly(gpu: &Gpu) -> TestResult {
     let p = stream.create_graph_builder().begin_building(Relaxed)?;
     let [a, b] = p.split::<2>()?;
     // SAFETY: add_one(int*).
-    unsafe { a.launch(&add_one, one(), &args![&buf])? };
+    unsafe { a.launch_unchecked(&add_one, one(), &args![&buf])? };
     std::mem::forget(a);
     p.join([b])?;
     assert!(p.end_building().is_err(), "an unjoined fork fails the end");
     let again = stream.create_graph_builder().begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { again.launch(&add_one, one(), &args![&buf])? };
+    unsafe { again.launch_unchecked(&add_one, one(), &args![&buf])? };
     let g = complete(again.end_building()?)?;
     g.launch(&stream)?;
     stream.synchronize()?;
@@ -645,26 +645,26 @@ fn frees_during_relaxed_and_thread_local_captures_keep_them_valid(gpu: &Gpu) -> 
         let g = if thread_local {
             let b = s.create_graph_builder().begin_building(ThreadLocal)?;
             // SAFETY: add_one(int*).
-            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
             drop(spare); // this thread: deferred until the capture ends
             std::thread::spawn(move || drop(other)).join().ok();
             assert!(
                 eventually(|| used(gpu) <= baseline + BIG * 4 + (16 << 20)),
                 "another thread frees during a ThreadLocal capture"
             );
-            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
             complete(b.end_building()?)?
         } else {
             let b = s.create_graph_builder().begin_building(Relaxed)?;
             // SAFETY: add_one(int*).
-            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
             drop(spare);
             std::thread::spawn(move || drop(other)).join().ok();
             assert!(
                 back_to(gpu, baseline),
                 "both freed during a Relaxed capture"
             );
-            unsafe { b.launch(&add_one, one(), &args![&counter])? };
+            unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
             complete(b.end_building()?)?
         };
         g.launch(&s)?;
@@ -696,7 +696,7 @@ fn drops_on_another_thread_never_invalidate_a_global_capture(gpu: &Gpu) -> TestR
     while !dropper.is_finished() || cycles < 50 {
         let b = s.create_graph_builder().begin_building(Global)?;
         // SAFETY: add_one(int*).
-        unsafe { b.launch(&add_one, one(), &args![&counter])? };
+        unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
         let ended = b.end_building()?;
         cycles += 1;
         drop(ended);
@@ -714,7 +714,7 @@ fn one_graph_launched_from_four_threads(gpu: &Gpu) -> TestResult {
     let counter = gpu.device.alloc_zeroed::<i32>(1)?;
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { b.launch(&add_one, one(), &args![&counter])? };
+    unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
     let g = complete(b.end_building()?)?;
     std::thread::scope(|scope| {
         for _ in 0..4 {
@@ -740,7 +740,7 @@ fn launching_a_graph_into_a_capture_is_refused(gpu: &Gpu) -> TestResult {
     let counter = gpu.device.alloc_zeroed::<i32>(1)?;
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { b.launch(&add_one, one(), &args![&counter])? };
+    unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
     let g = complete(b.end_building()?)?;
     let c = gpu.device.create_graph_builder()?.begin_building(Global)?;
     match g.launch(c.stream()) {
@@ -758,7 +758,7 @@ fn one_launch_graph(
 ) -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
-    unsafe { b.launch(&gpu.f("add_one"), one(), &args![buf])? };
+    unsafe { b.launch_unchecked(&gpu.f("add_one"), one(), &args![buf])? };
     b.end_building()
 }
 
@@ -808,7 +808,7 @@ fn if_default_one(
     {
         let body = p.if_then(&h)?.begin_building(Global)?;
         // SAFETY: add_one(int*).
-        unsafe { body.launch(&add_one, one(), &args![buf])? };
+        unsafe { body.launch_unchecked(&add_one, one(), &args![buf])? };
         body.end_building()?;
     }
     p.end_building()

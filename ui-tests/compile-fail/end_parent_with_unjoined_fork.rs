@@ -5,7 +5,7 @@ fn flow(device: &Device, kernel: &Function, buf: &DeviceBuffer<i32>) -> cuda_gra
     let [left, right] = parent.split::<2>()?;
     let _ended = parent.end_building()?;
     // SAFETY: not reached; the fork is still in use below.
-    unsafe { left.launch(kernel, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    unsafe { left.launch_unchecked(kernel, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     parent_join_later(left, right);
     Ok(())
 }

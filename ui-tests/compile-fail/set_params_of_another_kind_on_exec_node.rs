@@ -5,7 +5,7 @@ fn flow(def: &GraphDefinition, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_gr
     let m: MemsetNode = def.add_memset(&[], buf, 0i32)?;
     let mut graph = def.instantiate(&GraphCompleteOptions::default())?;
     // SAFETY: the kernel takes one int*.
-    let p = unsafe { NodeParams::kernel(f, LaunchConfig::single(), KernelArgs::new().arg(buf)) };
+    let p = unsafe { NodeParams::kernel_unchecked(f, LaunchConfig::single(), KernelArgs::new().arg(buf)) };
     graph.set_params(&m, p)?;
     Ok(())
 }

@@ -8,7 +8,7 @@ fn flow(device: &Device, kernel: &Function, a: &DeviceBuffer<i32>) -> cuda_graph
         let inner = body.create_conditional_handle(Some(0))?;
         let nested = body.while_loop(&inner)?.begin_building(Global)?;
         // SAFETY: the kernel takes one int*.
-        unsafe { nested.launch(kernel, LaunchConfig::single(), &KernelArgs::new().arg(a))? };
+        unsafe { nested.launch_unchecked(kernel, LaunchConfig::single(), &KernelArgs::new().arg(a))? };
         nested.end_building()?;
         body.end_building()?;
     }

@@ -7,15 +7,15 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::R
     let def = GraphDefinition::new(device)?;
     let a = def.add_memset(&[], buf, 0i32)?;
     // SAFETY: the kernel takes one int*.
-    let b = unsafe { def.add_kernel(&[&a], f, LaunchConfig::single(), &args)? };
-    let c = unsafe { def.add_kernel(&[&a], f, LaunchConfig::single(), &args)? };
+    let b = unsafe { def.add_kernel_unchecked(&[&a], f, LaunchConfig::single(), &args)? };
+    let c = unsafe { def.add_kernel_unchecked(&[&a], f, LaunchConfig::single(), &args)? };
     let d = def.join(&[&b, &c])?;
     let (_alloc, scratch) = def.add_mem_alloc(&[&d], 64)?;
     def.add_mem_free(&[&d], scratch)?;
     let (_n, _cb) = def.add_host_callback(&[&d], || {})?;
     let h = def.create_conditional_handle(Some(1))?;
     let (_if, body) = def.add_if(&[&d], &h)?;
-    unsafe { body.add_kernel(&[], f, LaunchConfig::single(), &args)? };
+    unsafe { body.add_kernel_unchecked(&[], f, LaunchConfig::single(), &args)? };
     let _types: Vec<NodeType> = def
         .nodes()?
         .iter()
@@ -44,7 +44,7 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::R
     {
         let never_captured = parent.if_then(&h)?;
         let explicit = never_captured.graph_definition()?;
-        unsafe { explicit.add_kernel(&[], f, LaunchConfig::single(), &args)? };
+        unsafe { explicit.add_kernel_unchecked(&[], f, LaunchConfig::single(), &args)? };
         let (then_body, else_body) = parent.if_else(&h)?;
         let ended_body = then_body.begin_building(Global)?.end_building()?;
         let hybrid = ended_body.graph_definition()?;

@@ -9,8 +9,8 @@ fn flow(device: &Device, kernel: &Function, a: &DeviceBuffer<i32>, b: &DeviceBuf
     }
     // SAFETY: the kernel takes one int*.
     unsafe {
-        left.launch(kernel, LaunchConfig::single(), &KernelArgs::new().arg(a))?;
-        right.launch(kernel, LaunchConfig::single(), &KernelArgs::new().arg(b))?;
+        left.launch_unchecked(kernel, LaunchConfig::single(), &KernelArgs::new().arg(a))?;
+        right.launch_unchecked(kernel, LaunchConfig::single(), &KernelArgs::new().arg(b))?;
     }
     parent.join([left, right])?;
     let child = device.create_graph_builder()?.begin_building(Relaxed)?.end_building()?;

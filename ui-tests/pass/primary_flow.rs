@@ -5,7 +5,7 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::R
     let builder = device.create_graph_builder()?;
     let builder = builder.begin_building(Global)?;
     // SAFETY: the kernel takes one int*.
-    unsafe { builder.launch(f, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+    unsafe { builder.launch_unchecked(f, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     builder.capture_status()?;
     let ended = builder.end_building()?;
     ended.debug_dot_print("/tmp/g.dot", &GraphDebugPrintOptions::all())?;

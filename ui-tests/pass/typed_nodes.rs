@@ -7,7 +7,7 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>, e: &Event) -> cu
     let m: MemsetNode = def.add_memset(&[], buf, 0i32)?;
     // SAFETY: the kernel takes one int*.
     let k: KernelNode =
-        unsafe { def.add_kernel(&[&m], f, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
+        unsafe { def.add_kernel_unchecked(&[&m], f, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     let r: EventRecordNode = def.add_event_record(&[&m, &k], e)?;
     let j: EmptyNode = def.join(&[&k, &r])?;
     let untyped: GraphNode = k.into();
@@ -22,7 +22,7 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>, e: &Event) -> cu
     let mut graph = def.instantiate(&GraphCompleteOptions::default())?;
     // SAFETY: as above.
     graph.set_params(&k, unsafe {
-        NodeParams::kernel(f, LaunchConfig::single(), KernelArgs::new().arg(buf))
+        NodeParams::kernel_unchecked(f, LaunchConfig::single(), KernelArgs::new().arg(buf))
     })?;
     graph.set_enabled(&k, false)?;
     let _on: bool = graph.is_enabled(&m)?;

@@ -1,0 +1,355 @@
+//! Typed kernels: a kernel's parameter list declared once (`unsafe`), then checked launches.
+
+use std::marker::PhantomData;
+
+use super::{DeviceBuffer, DeviceCopy, Function, KernelArg, KernelArgs, Module};
+use crate::driver;
+use crate::error::{Error, Result};
+
+/// The traits that keep [`Signature`], [`KernelParam`], [`ArgFor`] and [`ArgsFor`] closed: the
+/// safety of a typed launch rests on every argument being one this crate knows how to pass.
+pub(crate) mod sealed {
+    use super::KernelArgs;
+
+    /// A parameter type and its size in the kernel's parameter buffer.
+    pub trait Param {
+        /// `sizeof` of the C parameter type.
+        const SIZE: usize;
+    }
+
+    /// A tuple of parameter types.
+    pub trait Signature {
+        /// The size of each parameter, in order.
+        const SIZES: &'static [usize];
+    }
+
+    /// A value that may be passed for a parameter of type `P`.
+    pub trait ArgFor<P> {}
+
+    /// A tuple of arguments for the signature `S`.
+    pub trait ArgsFor<S> {
+        /// Appends every argument, in order.
+        fn push_all(self, args: &mut KernelArgs);
+    }
+}
+
+/// A type that can appear in a kernel's parameter list ([`Kernel`]), as the C++ kernel declares
+/// it:
+///
+/// | C++ parameter | Rust type | the argument given for it |
+/// | --- | --- | --- |
+/// | `int`, `float`, `unsigned long long`, a `struct` by value … | the [`DeviceCopy`] type (`i32`, `f32`, `u64`, your `#[repr(C)]` struct) | the value |
+/// | `bool` | `bool` | a `bool` |
+/// | `T*`, `const T*` | `*mut T`, `*const T` | `&DeviceBuffer<T>` (or a [`slice`](DeviceBuffer::slice) of one) |
+/// | `cudaGraphConditionalHandle` | [`ConditionalHandle`](crate::ConditionalHandle) | the handle |
+/// | `cudaGraphExec_t` | [`DeviceGraph`](crate::DeviceGraph) | the device graph (by value or reference) |
+///
+/// Sealed: the safety of a typed launch rests on each argument being one the crate can pass.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel parameter type",
+    label = "not a kernel parameter type",
+    note = "parameter types are `DeviceCopy` values (`i32`, `f32`, `#[repr(C)]` structs), `bool`, `*mut T` / `*const T` (given a `&DeviceBuffer<T>`), `ConditionalHandle` and `DeviceGraph`"
+)]
+pub trait KernelParam: sealed::Param {}
+
+impl<T: DeviceCopy> sealed::Param for T {
+    const SIZE: usize = std::mem::size_of::<T>();
+}
+impl<T: DeviceCopy> KernelParam for T {}
+impl<T: DeviceCopy> sealed::Param for *mut T {
+    const SIZE: usize = std::mem::size_of::<u64>();
+}
+impl<T: DeviceCopy> KernelParam for *mut T {}
+impl<T: DeviceCopy> sealed::Param for *const T {
+    const SIZE: usize = std::mem::size_of::<u64>();
+}
+impl<T: DeviceCopy> KernelParam for *const T {}
+impl sealed::Param for bool {
+    const SIZE: usize = 1;
+}
+impl KernelParam for bool {}
+
+/// A value that can be given for a kernel parameter of type `P` (see [`KernelParam`] for the
+/// table). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be passed for a kernel parameter of type `{P}`",
+    label = "expected an argument for a `{P}` parameter",
+    note = "a `*mut T` / `*const T` parameter takes a `&DeviceBuffer<T>` of the same `T`; a value parameter takes a value of exactly its type (write `3u32`, not `3i32`, for a `u32`)"
+)]
+pub trait ArgFor<P: KernelParam>: KernelArg + sealed::ArgFor<P> {}
+
+impl<T: DeviceCopy> sealed::ArgFor<T> for T {}
+impl<T: DeviceCopy> ArgFor<T> for T {}
+impl sealed::ArgFor<bool> for bool {}
+impl ArgFor<bool> for bool {}
+impl<T: DeviceCopy> sealed::ArgFor<*mut T> for &DeviceBuffer<T> {}
+impl<T: DeviceCopy> ArgFor<*mut T> for &DeviceBuffer<T> {}
+impl<T: DeviceCopy> sealed::ArgFor<*const T> for &DeviceBuffer<T> {}
+impl<T: DeviceCopy> ArgFor<*const T> for &DeviceBuffer<T> {}
+impl<T: DeviceCopy> sealed::ArgFor<*mut T> for &mut DeviceBuffer<T> {}
+impl<T: DeviceCopy> ArgFor<*mut T> for &mut DeviceBuffer<T> {}
+impl<T: DeviceCopy> sealed::ArgFor<*const T> for &mut DeviceBuffer<T> {}
+impl<T: DeviceCopy> ArgFor<*const T> for &mut DeviceBuffer<T> {}
+
+/// A kernel's parameter list: a tuple of [`KernelParam`] types, `()` to `(P1, …, P12)`. Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel signature",
+    label = "expected a tuple of parameter types",
+    note = "write the kernel's parameters as a tuple in order: `Kernel<(*mut f32, *const f32, u32)>` for `(float* y, const float* x, unsigned n)`, `Kernel<(*mut i32,)>` for one"
+)]
+pub trait Signature: sealed::Signature {}
+
+/// Arguments for a kernel with the signature `S`: a tuple with one [`ArgFor`] value per
+/// parameter, in order (a single argument may also be given without the tuple). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "these arguments do not match the kernel's parameters `{S}`",
+    label = "expected one argument per parameter of `{S}`, in order",
+    note = "give a tuple with one argument per parameter: `(&y, &x, n)`; a `*mut T` parameter takes a `&DeviceBuffer<T>`, a value parameter its exact type; memory that exists only while a graph runs (`GraphAllocation`) goes through the `_unchecked` entry points"
+)]
+pub trait ArgsFor<S: Signature>: sealed::ArgsFor<S> {}
+
+macro_rules! signatures {
+    ($( ( $($p:ident $a:ident),* ) )*) => {$(
+        impl<$($p: KernelParam),*> sealed::Signature for ($($p,)*) {
+            const SIZES: &'static [usize] = &[$(<$p as sealed::Param>::SIZE),*];
+        }
+        impl<$($p: KernelParam),*> Signature for ($($p,)*) {}
+        impl<$($p: KernelParam, $a: ArgFor<$p>),*> sealed::ArgsFor<($($p,)*)> for ($($a,)*) {
+            #[allow(non_snake_case, unused_variables)]
+            fn push_all(self, args: &mut KernelArgs) {
+                let ($($a,)*) = self;
+                $( $a.push_to(args); )*
+            }
+        }
+        impl<$($p: KernelParam, $a: ArgFor<$p>),*> ArgsFor<($($p,)*)> for ($($a,)*) {}
+    )*};
+}
+
+signatures! {
+    ()
+    (P1 A1)
+    (P1 A1, P2 A2)
+    (P1 A1, P2 A2, P3 A3)
+    (P1 A1, P2 A2, P3 A3, P4 A4)
+    (P1 A1, P2 A2, P3 A3, P4 A4, P5 A5)
+    (P1 A1, P2 A2, P3 A3, P4 A4, P5 A5, P6 A6)
+    (P1 A1, P2 A2, P3 A3, P4 A4, P5 A5, P6 A6, P7 A7)
+    (P1 A1, P2 A2, P3 A3, P4 A4, P5 A5, P6 A6, P7 A7, P8 A8)
+    (P1 A1, P2 A2, P3 A3, P4 A4, P5 A5, P6 A6, P7 A7, P8 A8, P9 A9)
+    (P1 A1, P2 A2, P3 A3, P4 A4, P5 A5, P6 A6, P7 A7, P8 A8, P9 A9, P10 A10)
+    (P1 A1, P2 A2, P3 A3, P4 A4, P5 A5, P6 A6, P7 A7, P8 A8, P9 A9, P10 A10, P11 A11)
+    (P1 A1, P2 A2, P3 A3, P4 A4, P5 A5, P6 A6, P7 A7, P8 A8, P9 A9, P10 A10, P11 A11, P12 A12)
+}
+
+/// A single argument for a one-parameter kernel, without the tuple: `launch(&k, cfg, &buf)`.
+impl<P: KernelParam, A: ArgFor<P>> sealed::ArgsFor<(P,)> for A {
+    fn push_all(self, args: &mut KernelArgs) {
+        self.push_to(args);
+    }
+}
+impl<P: KernelParam, A: ArgFor<P>> ArgsFor<(P,)> for A {}
+
+/// A kernel whose parameter list is declared: `Kernel<(*mut f32, *const f32, u32)>` for
+/// `__global__ void saxpy(float* y, const float* x, unsigned n)`. Launching it
+/// ([`Stream::launch`](crate::Stream::launch), a capture's
+/// [`launch`](crate::GraphBuilder::launch), [`GraphDefinition::add_kernel`](crate::GraphDefinition::add_kernel),
+/// [`NodeParams::kernel`](crate::NodeParams::kernel)) is safe: the arguments are checked against
+/// the declaration at compile time, and buffers passed are kept alive by every graph that uses
+/// them.
+///
+/// Made by [`Module::kernel`] or [`Function::typed`] — the one `unsafe` step, where the caller
+/// promises that the declaration is the kernel's and that the kernel stays within what it is
+/// given. Where the driver can tell (12.4+), the declaration is also checked against the
+/// kernel's parameter count and sizes. See [`KernelParam`] for the parameter types.
+///
+/// `Clone`, `Send + Sync`; it keeps its module loaded.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(module: &Module, stream: &Stream) -> cuda_graph::Result<()> {
+/// // SAFETY: `affine(int* p, int m, int b)` sets p[0] = p[0] * m + b: one element.
+/// let affine = unsafe { module.kernel::<(*mut i32, i32, i32)>("affine")? };
+/// let buf = stream.device().alloc_zeroed::<i32>(1)?;
+/// stream.launch(&affine, LaunchConfig::single(), (&buf, 3, 1))?;
+/// // stream.launch(&affine, LaunchConfig::single(), (&buf, 3))?; // does not compile
+/// # Ok(()) }
+/// ```
+pub struct Kernel<S> {
+    function: Function,
+    sig: PhantomData<fn(S)>,
+}
+
+impl<S> Clone for Kernel<S> {
+    fn clone(&self) -> Self {
+        Kernel {
+            function: self.function.clone(),
+            sig: PhantomData,
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Kernel<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.function.name())
+            .field("signature", &std::any::type_name::<S>())
+            .finish()
+    }
+}
+
+impl<S: Signature> Kernel<S> {
+    /// The untyped function, for [`launch_unchecked`](crate::Stream::launch_unchecked) and
+    /// read-back comparisons.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(k: &Kernel<(*mut i32,)>) {
+    /// println!("{}", k.function().name());
+    /// # }
+    /// ```
+    pub fn function(&self) -> &Function {
+        &self.function
+    }
+
+    /// The arguments `args` collected as [`KernelArgs`] (for the `unchecked` entry points, or to
+    /// inspect them).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(k: &Kernel<(*mut i32, i32)>, buf: &DeviceBuffer<i32>) {
+    /// let args = k.args((buf, 7));
+    /// assert_eq!(args.len(), 2);
+    /// # }
+    /// ```
+    pub fn args(&self, args: impl ArgsFor<S>) -> KernelArgs {
+        collect(args)
+    }
+}
+
+/// Collects typed arguments into [`KernelArgs`].
+pub(crate) fn collect<S: Signature>(args: impl ArgsFor<S>) -> KernelArgs {
+    let mut out = KernelArgs::new();
+    sealed::ArgsFor::push_all(args, &mut out);
+    out
+}
+
+impl Function {
+    /// This kernel with its parameter list declared as `S` (see [`Kernel`]).
+    ///
+    /// Where the driver reports a kernel's parameters (`cuFuncGetParamInfo`, driver 12.4+), a
+    /// declaration with another number of parameters, or a parameter of another size, is an
+    /// [`Error::InvalidArgument`] naming it. (Equal sizes do not prove equal types: that part
+    /// stays the caller's promise.)
+    ///
+    /// # Safety
+    /// `S` is the kernel's parameter list, in order, each Rust type standing for the C++ type the
+    /// [`KernelParam`] table gives; and the kernel, given such arguments, accesses only memory
+    /// valid for it — in bounds of the buffers it is given, whatever its launch configuration.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(module: &Module) -> cuda_graph::Result<()> {
+    /// let f = module.function("add_one")?;
+    /// // SAFETY: `add_one(int* p)` increments p[0]: one element.
+    /// let add_one: Kernel<(*mut i32,)> = unsafe { f.typed()? };
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn typed<S: Signature>(&self) -> Result<Kernel<S>> {
+        check_signature(self, <S as sealed::Signature>::SIZES, std::any::type_name::<S>())?;
+        Ok(Kernel {
+            function: self.clone(),
+            sig: PhantomData,
+        })
+    }
+}
+
+impl Module {
+    /// Looks up the kernel `name` with its parameter list declared as `S`:
+    /// [`function`](Self::function) then [`Function::typed`].
+    ///
+    /// # Safety
+    /// As [`Function::typed`]: `S` is the kernel's parameter list, and the kernel stays within
+    /// the memory it is given.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(module: &Module) -> cuda_graph::Result<()> {
+    /// // SAFETY: `fill(int* p, int n, int v)` writes p[i] = v for i < n, one thread each.
+    /// let fill = unsafe { module.kernel::<(*mut i32, i32, i32)>("fill")? };
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn kernel<S: Signature>(&self, name: &str) -> Result<Kernel<S>> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.function(name)?.typed() }
+    }
+}
+
+/// Compares a declared parameter list with what the driver reports for `function`, when it can.
+fn check_signature(function: &Function, sizes: &[usize], declared: &str) -> Result<()> {
+    function.module.ctx.bind()?;
+    let name = function.name();
+    for (i, &size) in sizes.iter().enumerate() {
+        // SAFETY: `function` keeps its module loaded; the context is current.
+        match unsafe { driver::compat::param_info(function.raw, i) } {
+            Ok(Some((_, actual))) if actual == size => {}
+            Ok(Some((_, actual))) => {
+                return Err(Error::InvalidArgument(format!(
+                    "kernel `{name}`: parameter {i} is {actual} bytes, but the declared signature `{declared}` makes it {size}"
+                )))
+            }
+            Ok(None) => {
+                return Err(Error::InvalidArgument(format!(
+                    "kernel `{name}` takes {i} parameter(s), but the declared signature `{declared}` has {}",
+                    sizes.len()
+                )))
+            }
+            // The driver cannot tell (too old, or bindings without the call): the declaration
+            // stays the caller's promise alone.
+            Err(_) => return Ok(()),
+        }
+    }
+    // SAFETY: as above.
+    match unsafe { driver::compat::param_info(function.raw, sizes.len()) } {
+        Ok(Some(_)) => Err(Error::InvalidArgument(format!(
+            "kernel `{name}` takes more parameters than the declared signature `{declared}` ({})",
+            sizes.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes<S: Signature>() -> &'static [usize] {
+        <S as sealed::Signature>::SIZES
+    }
+
+    #[test]
+    fn signatures_give_the_c_sizes() {
+        assert_eq!(sizes::<()>(), &[] as &[usize]);
+        assert_eq!(sizes::<(*mut f32, *const u8, u32)>(), &[8, 8, 4]);
+        assert_eq!(sizes::<(bool, u16, [f32; 3], f64)>(), &[1, 2, 12, 8]);
+    }
+
+    fn args_of<S: Signature>(a: impl ArgsFor<S>) -> KernelArgs {
+        collect(a)
+    }
+
+    #[test]
+    fn arguments_are_pushed_in_order_and_literals_take_the_declared_type() {
+        let a = args_of::<(u8, i64, f32, bool)>((7, -2, 0.5, true));
+        let p = a.pointers();
+        // SAFETY: each pointer points at the value pushed for it, of the declared C type.
+        unsafe {
+            assert_eq!(*(p[0] as *const u8), 7);
+            assert_eq!(*(p[1] as *const i64), -2);
+            assert_eq!(*(p[2] as *const f32), 0.5);
+            assert_eq!(*(p[3] as *const u8), 1);
+        }
+        let one = args_of::<(u32,)>(9);
+        assert_eq!(one.len(), 1);
+        assert_eq!(args_of::<()>(()).len(), 0);
+    }
+}
