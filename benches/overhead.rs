@@ -435,8 +435,11 @@ impl Lib {
         for _ in 0..n {
             // SAFETY: empty_kernel takes no arguments.
             unsafe {
-                self.stream
-                    .launch_unchecked(&self.empty, LaunchConfig::single(), &KernelArgs::new())?
+                self.stream.launch_unchecked(
+                    &self.empty,
+                    LaunchConfig::single(),
+                    &KernelArgs::new(),
+                )?
             };
         }
         self.stream.synchronize()

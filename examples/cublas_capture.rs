@@ -23,8 +23,9 @@ use cuda_graph::prelude::*;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::CudaContext;
 
-/// The test kernels: `copy_f32(const float* src, float* dst, int n)` and
-/// `heat_step(const float* in, float* out, int n, float alpha)` (tests/kernels/README.md).
+/// The test kernels: `copy_slice_f32(Slice<const float> src, Slice<float> dst)` and
+/// `heat_step_slice(Slice<const float> in, Slice<float> out, float alpha)`
+/// (tests/kernels/kernels.cu).
 const KERNELS: &[u8] = include_bytes!("../tests/kernels/kernels.fatbin");
 
 /// C (M×N) = A (M×K) · B (K×N), column-major.
@@ -94,7 +95,14 @@ fn run() -> Result<Option<String>, Box<dyn Error>> {
         return Ok(Some(reason));
     }
     let module = device.load_module(KERNELS)?;
-    let (copy_f32, heat_step) = (module.function("copy_f32")?, module.function("heat_step")?);
+    // SAFETY: the kernels' parameter lists (tests/kernels/kernels.cu); neither touches an
+    // element past the lengths it is given.
+    let (copy, heat_step) = unsafe {
+        (
+            module.kernel::<(Slice<f32>, Slice<f32>)>("copy_slice_f32")?,
+            module.kernel::<(Slice<f32>, Slice<f32>, f32)>("heat_step_slice")?,
+        )
+    };
 
     // cudarc's context is the same primary context; its stream captures through this crate.
     let ctx = CudaContext::new(device.ordinal())?;
@@ -160,28 +168,20 @@ fn run() -> Result<Option<String>, Box<dyn Error>> {
     // it); unlike Global, other threads (this crate's release thread, cudarc's drops) may still
     // allocate and free meanwhile.
     let builder = stream.create_graph_builder().begin_building(ThreadLocal)?;
-    let n_a = (M * K) as i32;
-    // SAFETY: copy_f32(const float*, float*, int) with two buffers of M·K floats.
-    unsafe {
-        builder.launch_unchecked(
-            &copy_f32,
-            LaunchConfig::for_num_elems(n_a as u32),
-            &KernelArgs::new().arg(&a_in).arg(&a).arg(n_a),
-        )?
-    };
+    builder.launch(
+        &copy,
+        LaunchConfig::for_num_elems((M * K) as u32),
+        (&a_in, &a),
+    )?;
     // cuBLAS issues its kernels on the handle's stream, `stream.as_raw()`, which is capturing:
     // the driver records them into the graph after the copy. The graph does not hold B or the
     // workspace for them (only what goes through this crate); they live until the end of `run`.
     gemm()?;
-    let n_c = (M * N) as i32;
-    // SAFETY: heat_step(const float*, float*, int, float) with two buffers of M·N floats.
-    unsafe {
-        builder.launch_unchecked(
-            &heat_step,
-            LaunchConfig::for_num_elems(n_c as u32),
-            &KernelArgs::new().arg(&c).arg(&out).arg(n_c).arg(ALPHA_HEAT),
-        )?
-    };
+    builder.launch(
+        &heat_step,
+        LaunchConfig::for_num_elems((M * N) as u32),
+        (&c, &out, ALPHA_HEAT),
+    )?;
     let graph = builder
         .end_building()?
         .complete(&GraphCompleteOptions::default())?;

@@ -37,18 +37,22 @@ fn position(step: usize) -> usize {
     (step * 7) % POSITIONS
 }
 
-/// Captures step `step`: `layers(step)` launches of `add_one_at(buf, position(step))`.
+/// `add_one(int* p)`: p[0] += 1.
+type AddOne = Kernel<(*mut i32,)>;
+
+/// Captures step `step`: `layers(step)` launches of `add_one` on element `position(step)` of
+/// `buf` (a one-element view: the argument that changes every step).
 fn capture_step(
     device: &Device,
-    add_one_at: &Function,
+    add_one: &AddOne,
     buf: &DeviceBuffer<i32>,
     step: usize,
 ) -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
     let b = device.create_graph_builder()?.begin_building(Global)?;
-    let args = KernelArgs::new().arg(buf).arg(position(step) as i32);
+    let p = position(step);
+    let element = buf.slice(p..p + 1)?;
     for _ in 0..layers(step) {
-        // SAFETY: add_one_at(int* p, int i) with i < POSITIONS, the buffer's length.
-        unsafe { b.launch_unchecked(add_one_at, LaunchConfig::single(), &args)? };
+        b.launch(add_one, LaunchConfig::single(), &element)?;
     }
     b.end_building()
 }
@@ -71,7 +75,7 @@ struct Run {
 /// `steps` steps through a cache (`cached`) or instantiating every step.
 fn run_steps(
     device: &Device,
-    add_one_at: &Function,
+    add_one: &AddOne,
     steps: usize,
     cached: bool,
 ) -> cuda_graph::Result<Run> {
@@ -81,7 +85,7 @@ fn run_steps(
     let start = Instant::now();
     let mut instantiations = 0;
     for step in 0..steps {
-        let ended = capture_step(device, add_one_at, &buf, step)?;
+        let ended = capture_step(device, add_one, &buf, step)?;
         if cached {
             cache.refresh(&ended)?;
             cache.launch(&stream)?;
@@ -123,18 +127,19 @@ fn run() -> cuda_graph::Result<()> {
     };
     let device = Device::new(0)?;
     let module = device.load_module(KERNELS)?;
-    let add_one_at = module.function("add_one_at")?;
+    // SAFETY: add_one's parameter list; it touches p[0] only, and no buffer is empty.
+    let add_one: AddOne = unsafe { module.kernel("add_one")? };
     // Warm up both paths, then time each twice, interleaved, keeping the faster run of each.
-    run_steps(&device, &add_one_at, 2 * BUCKET, true)?;
-    run_steps(&device, &add_one_at, 2 * BUCKET, false)?;
+    run_steps(&device, &add_one, 2 * BUCKET, true)?;
+    run_steps(&device, &add_one, 2 * BUCKET, false)?;
     let mut cached: Option<Run> = None;
     let mut fresh: Option<Run> = None;
     for _ in 0..2 {
-        let c = run_steps(&device, &add_one_at, steps, true)?;
+        let c = run_steps(&device, &add_one, steps, true)?;
         if cached.as_ref().is_none_or(|b| c.elapsed < b.elapsed) {
             cached = Some(c);
         }
-        let f = run_steps(&device, &add_one_at, steps, false)?;
+        let f = run_steps(&device, &add_one, steps, false)?;
         if fresh.as_ref().is_none_or(|b| f.elapsed < b.elapsed) {
             fresh = Some(f);
         }

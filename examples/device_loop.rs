@@ -36,14 +36,19 @@ fn initial() -> Vec<f32> {
 fn run() -> cuda_graph::Result<()> {
     let device = Device::new(0)?;
     let module = device.load_module(KERNELS)?;
-    let (step, maxdiff, check, copy) = (
-        module.function("heat_step")?,
-        module.function("max_abs_diff")?,
-        module.function("converged_check")?,
-        module.function("copy_f32")?,
-    );
+    // SAFETY: the kernels' parameter lists (tests/kernels/kernels.cu). The slice kernels touch
+    // no element past the lengths they are given; `max_abs_diff_slice` writes result[0] and
+    // `converged_check` diff_bits[0] and iterations[0] only (no buffer is empty).
+    let (step, maxdiff, check, copy) = unsafe {
+        (
+            module.kernel::<(Slice<f32>, Slice<f32>, f32)>("heat_step_slice")?,
+            module.kernel::<(Slice<f32>, Slice<f32>, *mut u32)>("max_abs_diff_slice")?,
+            module
+                .kernel::<(ConditionalHandle, *mut u32, f32, *mut i32, i32)>("converged_check")?,
+            module.kernel::<(Slice<f32>, Slice<f32>)>("copy_slice_f32")?,
+        )
+    };
     let cfg = LaunchConfig::for_num_elems(N as u32);
-    let n = N as i32;
     let stream = device.create_stream()?;
 
     // On the device: one graph launch runs the whole loop.
@@ -54,31 +59,14 @@ fn run() -> cuda_graph::Result<()> {
     let h = parent.create_conditional_handle(Some(1))?;
     {
         let body = parent.while_loop(&h)?.begin_building(Global)?;
-        // SAFETY: the kernels' signatures are in tests/kernels/README.md; all buffers hold N
-        // floats (diff and iters one value each).
-        unsafe {
-            body.launch_unchecked(
-                &step,
-                cfg,
-                &KernelArgs::new().arg(&u).arg(&v).arg(n).arg(ALPHA),
-            )?;
-            body.launch_unchecked(
-                &maxdiff,
-                cfg,
-                &KernelArgs::new().arg(&u).arg(&v).arg(n).arg(&diff),
-            )?;
-            body.launch_unchecked(&copy, cfg, &KernelArgs::new().arg(&v).arg(&u).arg(n))?;
-            body.launch_unchecked(
-                &check,
-                LaunchConfig::single(),
-                &KernelArgs::new()
-                    .arg(h)
-                    .arg(&diff)
-                    .arg(TOL)
-                    .arg(&iters)
-                    .arg(MAX_ITER),
-            )?;
-        }
+        body.launch(&step, cfg, (&u, &v, ALPHA))?;
+        body.launch(&maxdiff, cfg, (&u, &v, &diff))?;
+        body.launch(&copy, cfg, (&v, &u))?;
+        body.launch(
+            &check,
+            LaunchConfig::single(),
+            (h, &diff, TOL, &iters, MAX_ITER),
+        )?;
         body.end_building()?;
     }
     let graph = parent
@@ -98,20 +86,9 @@ fn run() -> cuda_graph::Result<()> {
     let t = Instant::now();
     let mut host_iters = 0;
     loop {
-        // SAFETY: as above.
-        unsafe {
-            stream.launch_unchecked(
-                &step,
-                cfg,
-                &KernelArgs::new().arg(&u2).arg(&v2).arg(n).arg(ALPHA),
-            )?;
-            stream.launch_unchecked(
-                &maxdiff,
-                cfg,
-                &KernelArgs::new().arg(&u2).arg(&v2).arg(n).arg(&diff2),
-            )?;
-            stream.launch_unchecked(&copy, cfg, &KernelArgs::new().arg(&v2).arg(&u2).arg(n))?;
-        }
+        stream.launch(&step, cfg, (&u2, &v2, ALPHA))?;
+        stream.launch(&maxdiff, cfg, (&u2, &v2, &diff2))?;
+        stream.launch(&copy, cfg, (&v2, &u2))?;
         stream.synchronize()?;
         let d = f32::from_bits(diff2.to_vec()?[0]);
         stream.memset_d32(&diff2, 0)?;

@@ -17,58 +17,32 @@ const KERNELS: &[u8] = include_bytes!("../tests/kernels/kernels.fatbin");
 fn run() -> cuda_graph::Result<()> {
     let device = Device::new(0)?;
     let module = device.load_module(KERNELS)?;
-    let (fill, add_one_at, copy, affine) = (
-        module.function("fill")?,       // p[i] = v for i < n
-        module.function("add_one_at")?, // p[i] += 1
-        module.function("copy_i32")?,   // dst[i] = src[i] for i < n
-        module.function("affine")?,     // p[0] = p[0] * m + b
-    );
+    // SAFETY (all four): each is the kernel's parameter list, and each kernel stays within the
+    // buffers it is given — the slice kernels loop to the length they receive, `add_one` and
+    // `affine` touch element 0 only (and no buffer is empty).
+    let (fill, add_one, copy, affine) = unsafe {
+        (
+            module.kernel::<(Slice<i32>, i32)>("fill_slice")?, // p[i] = v for i < p.len
+            module.kernel::<(*mut i32,)>("add_one")?,          // p[0] += 1
+            module.kernel::<(Slice<i32>, Slice<i32>)>("copy_slice_i32")?, // dst[i] = src[i]
+            module.kernel::<(*mut i32, i32, i32)>("affine")?,  // p[0] = p[0] * m + b
+        )
+    };
     let work = device.alloc_zeroed::<i32>(2)?;
     let result = device.alloc_zeroed::<i32>(2)?;
     let one = LaunchConfig::single();
 
     let def = GraphDefinition::new(&device)?;
-    // SAFETY (all four kernels): the arguments match each kernel's parameters, and every index
-    // stays below the buffers' length of 2.
-    let bottom = unsafe {
-        let top = def.add_kernel_unchecked(
-            &[],
-            &fill,
-            one,
-            &KernelArgs::new().arg(&work).arg(2i32).arg(1i32),
-        )?;
-        let left = def.add_kernel_unchecked(
-            &[&top],
-            &add_one_at,
-            one,
-            &KernelArgs::new().arg(&work).arg(0i32),
-        )?;
-        let right = def.add_kernel_unchecked(
-            &[&top],
-            &add_one_at,
-            one,
-            &KernelArgs::new().arg(&work).arg(1i32),
-        )?;
-        def.add_kernel_unchecked(
-            &[&left, &right],
-            &copy,
-            one,
-            &KernelArgs::new().arg(&work).arg(&result).arg(2i32),
-        )?
-    };
+    let top = def.add_kernel(&[], &fill, one, (&work, 1))?;
+    // Each side of the diamond increments one element: a one-element view of `work`.
+    let left = def.add_kernel(&[&top], &add_one, one, &work.slice(0..1)?)?;
+    let right = def.add_kernel(&[&top], &add_one, one, &work.slice(1..2)?)?;
+    let bottom = def.add_kernel(&[&left, &right], &copy, one, (&work, &result))?;
 
     // After the diamond: an IF node whose condition defaults to 1, so its body runs.
     let always = def.create_conditional_handle(Some(1))?;
     let (_if_node, body) = def.add_if(&[&bottom], &always)?;
-    // SAFETY: affine takes (int*, int, int); `result` holds two ints.
-    unsafe {
-        body.add_kernel_unchecked(
-            &[],
-            &affine,
-            one,
-            &KernelArgs::new().arg(&result).arg(10i32).arg(0i32),
-        )?
-    };
+    body.add_kernel(&[], &affine, one, (&result, 10, 0))?;
 
     let (nodes, edges) = (def.nodes()?.len(), def.edges()?.len());
     let graph = def.instantiate(&GraphCompleteOptions::default())?;

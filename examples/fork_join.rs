@@ -15,8 +15,14 @@ const N: usize = 1 << 20;
 fn run() -> cuda_graph::Result<()> {
     let device = Device::new(0)?;
     let module = device.load_module(KERNELS)?;
-    let fill = module.function("fill")?;
-    let add_one = module.function("add_one")?;
+    // SAFETY: the kernels' parameter lists; `fill_slice` writes p.ptr[i] for i < p.len only,
+    // `add_one` p[0] only.
+    let (fill, add_one) = unsafe {
+        (
+            module.kernel::<(Slice<i32>, i32)>("fill_slice")?,
+            module.kernel::<(*mut i32,)>("add_one")?,
+        )
+    };
     let bufs = [
         device.alloc_zeroed::<i32>(N)?,
         device.alloc_zeroed::<i32>(N)?,
@@ -28,25 +34,12 @@ fn run() -> cuda_graph::Result<()> {
     let parent = device.create_graph_builder()?.begin_building(Global)?;
     let forks = parent.split::<3>()?;
     for (i, (fork, buf)) in forks.iter().zip(&bufs).enumerate() {
-        // SAFETY: fill(int* p, int n, int v) writes n ints of `buf`.
-        unsafe {
-            fork.launch_unchecked(
-                &fill,
-                cfg,
-                &KernelArgs::new().arg(buf).arg(N as i32).arg(i as i32 + 1),
-            )?
-        };
+        fork.launch(&fill, cfg, (buf, i as i32 + 1))?;
     }
     // The parent cannot end its capture until the forks are joined (or dropped).
     parent.join(forks)?;
-    // SAFETY: add_one(int*): runs after all three fills.
-    unsafe {
-        parent.launch_unchecked(
-            &add_one,
-            LaunchConfig::single(),
-            &KernelArgs::new().arg(&counter),
-        )?
-    };
+    // Runs after all three fills.
+    parent.launch(&add_one, LaunchConfig::single(), &counter)?;
     let ended = parent.end_building()?;
     let dot = std::env::temp_dir().join("fork_join.dot");
     ended.debug_dot_print(&dot, &GraphDebugPrintOptions::default())?;

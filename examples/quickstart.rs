@@ -18,15 +18,16 @@ extern "C" __global__ void affine(int* p, int m, int b) {
 
 fn main() -> cuda_graph::Result<()> {
     let device = Device::new(0)?;
-    let affine = device.compile(SOURCE)?.function("affine")?;
+    let module = device.compile(SOURCE)?;
+    // SAFETY: this is `affine`'s parameter list, and it touches only p[0]: the one element of
+    // any buffer it is given.
+    let affine = unsafe { module.kernel::<(*mut i32, i32, i32)>("affine")? };
     let value = device.alloc_zeroed::<i32>(1)?;
 
     // Record three launches once...
     let builder = device.create_graph_builder()?.begin_building(Global)?;
     for (m, b) in [(1, 1), (10, 0), (1, 2)] {
-        let args = KernelArgs::new().arg(&value).arg(m).arg(b);
-        // SAFETY: `affine` takes (int*, int, int), and `value` holds the one int it touches.
-        unsafe { builder.launch_unchecked(&affine, LaunchConfig::single(), &args)? };
+        builder.launch(&affine, LaunchConfig::single(), (&value, m, b))?;
     }
     let graph = builder
         .end_building()?

@@ -379,7 +379,9 @@ impl CrateSide {
         let b = stream.create_graph_builder().begin_building(Global)?;
         for _ in 0..3 {
             // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
-            unsafe { b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
+            unsafe {
+                b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())?
+            };
         }
         let graph = b
             .end_building()?
@@ -466,7 +468,9 @@ impl CrateSide {
         {
             let body = p.if_then(&always)?.begin_building(Global)?;
             // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
-            unsafe { body.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
+            unsafe {
+                body.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())?
+            };
             body.end_building()?;
         }
         let graph = p
@@ -482,7 +486,9 @@ impl CrateSide {
             let b = self.device.create_graph_builder()?.begin_building(Global)?;
             for _ in 0..launches {
                 // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
-                unsafe { b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
+                unsafe {
+                    b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())?
+                };
             }
             b.end_building()
         };
@@ -506,7 +512,9 @@ impl CrateSide {
             let b = self.device.create_graph_builder()?.begin_building(Global)?;
             let cb = b.callback(|| panic!("soak"))?;
             // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
-            unsafe { b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())? };
+            unsafe {
+                b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())?
+            };
             let graph = b
                 .end_building()?
                 .complete(&GraphCompleteOptions::default())?;

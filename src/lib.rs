@@ -94,17 +94,17 @@ pub use graph::{
 pub use runtime::{
     ArgFor, ArgsFor, Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function,
     GraphMemoryUsage, Kernel, KernelArg, KernelArgs, KernelParam, LaunchConfig, Module,
-    PinnedBuffer, ReleaseObserver, Signature, Stream,
+    PinnedBuffer, ReleaseObserver, Signature, Slice, Stream,
 };
 
 /// The public vocabulary: `use cuda_graph::prelude::*;`.
 pub mod prelude {
     pub use crate::{
         driver_version, CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Device,
-        DeviceBuffer, DeviceCopy, DotDetail, DriverVersion, Ended, Error, Event, Forked, Function,
-        Global, Graph, GraphBuilder, GraphCompleteOptions, GraphDebugPrintOptions, HostCallback,
-        Kernel, KernelArg, KernelArgs, LaunchConfig, Module, NotStarted, Primary, Relaxed, Result, Stream,
-        ThreadLocal,
+        DeviceBuffer, DeviceCopy, DeviceGraph, DotDetail, DriverVersion, Ended, Error, Event,
+        Forked, Function, Global, Graph, GraphBuilder, GraphCompleteOptions,
+        GraphDebugPrintOptions, HostCallback, Kernel, KernelArg, KernelArgs, LaunchConfig, Module,
+        NotStarted, Primary, Relaxed, Result, Slice, Stream, ThreadLocal,
     };
     pub use crate::{
         CacheOutcome, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,

@@ -56,10 +56,10 @@ impl crate::KernelParam for ConditionalHandle {}
 impl crate::runtime::kernel_sealed::Param for ConditionalHandle {
     const SIZE: usize = std::mem::size_of::<sys::CUgraphConditionalHandle>();
 }
-impl crate::ArgFor<ConditionalHandle> for ConditionalHandle {}
-impl crate::runtime::kernel_sealed::ArgFor<ConditionalHandle> for ConditionalHandle {}
-impl crate::ArgFor<ConditionalHandle> for &ConditionalHandle {}
-impl crate::runtime::kernel_sealed::ArgFor<ConditionalHandle> for &ConditionalHandle {}
+crate::runtime::arg_for! {
+    [] ConditionalHandle => ConditionalHandle;
+    [] &ConditionalHandle => ConditionalHandle;
+}
 
 /// Creates a conditional handle in `graph` (`cuGraphConditionalHandleCreate`), for builders and
 /// definitions alike. The caller holds the graph's tree lock.

@@ -153,7 +153,11 @@ impl NodeParams<node_kind::Kernel> {
     /// def.set_params(k, p)?;
     /// # Ok(()) }
     /// ```
-    pub unsafe fn kernel_unchecked(function: &Function, config: LaunchConfig, args: KernelArgs) -> Self {
+    pub unsafe fn kernel_unchecked(
+        function: &Function,
+        config: LaunchConfig,
+        args: KernelArgs,
+    ) -> Self {
         let mut owners = Owners::new();
         owners.push(function.module.clone());
         owners.extend(args.keep.iter().cloned());

@@ -838,10 +838,10 @@ impl crate::KernelParam for DeviceGraph {}
 impl crate::runtime::kernel_sealed::Param for DeviceGraph {
     const SIZE: usize = std::mem::size_of::<u64>();
 }
-impl crate::ArgFor<DeviceGraph> for DeviceGraph {}
-impl crate::runtime::kernel_sealed::ArgFor<DeviceGraph> for DeviceGraph {}
-impl crate::ArgFor<DeviceGraph> for &DeviceGraph {}
-impl crate::runtime::kernel_sealed::ArgFor<DeviceGraph> for &DeviceGraph {}
+crate::runtime::arg_for! {
+    [] DeviceGraph => DeviceGraph;
+    [] &DeviceGraph => DeviceGraph;
+}
 
 /// An exec and the graph it was instantiated from, dropped in that order, the exec under the
 /// graph's tree lock (so never beside a driver call on that graph).

@@ -24,7 +24,10 @@ pub(crate) mod sealed {
     }
 
     /// A value that may be passed for a parameter of type `P`.
-    pub trait ArgFor<P> {}
+    pub trait ArgFor<P> {
+        /// Appends this value as a `P` parameter.
+        fn push_as(&self, args: &mut KernelArgs);
+    }
 
     /// A tuple of arguments for the signature `S`.
     pub trait ArgsFor<S> {
@@ -41,6 +44,7 @@ pub(crate) mod sealed {
 /// | `int`, `float`, `unsigned long long`, a `struct` by value … | the [`DeviceCopy`] type (`i32`, `f32`, `u64`, your `#[repr(C)]` struct) | the value |
 /// | `bool` | `bool` | a `bool` |
 /// | `T*`, `const T*` | `*mut T`, `*const T` | `&DeviceBuffer<T>` (or a [`slice`](DeviceBuffer::slice) of one) |
+/// | `Slice<T>` (`{ T* ptr; unsigned long long len; }`) | [`Slice<T>`] | `&DeviceBuffer<T>`: its address and length |
 /// | `cudaGraphConditionalHandle` | [`ConditionalHandle`](crate::ConditionalHandle) | the handle |
 /// | `cudaGraphExec_t` | [`DeviceGraph`](crate::DeviceGraph) | the device graph (by value or reference) |
 ///
@@ -48,7 +52,7 @@ pub(crate) mod sealed {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kernel parameter type",
     label = "not a kernel parameter type",
-    note = "parameter types are `DeviceCopy` values (`i32`, `f32`, `#[repr(C)]` structs), `bool`, `*mut T` / `*const T` (given a `&DeviceBuffer<T>`), `ConditionalHandle` and `DeviceGraph`"
+    note = "parameter types are `DeviceCopy` values (`i32`, `f32`, `#[repr(C)]` structs), `bool`, `*mut T` / `*const T` / `Slice<T>` (given a `&DeviceBuffer<T>`), `ConditionalHandle` and `DeviceGraph`"
 )]
 pub trait KernelParam: sealed::Param {}
 
@@ -78,18 +82,96 @@ impl KernelParam for bool {}
 )]
 pub trait ArgFor<P: KernelParam>: KernelArg + sealed::ArgFor<P> {}
 
-impl<T: DeviceCopy> sealed::ArgFor<T> for T {}
-impl<T: DeviceCopy> ArgFor<T> for T {}
-impl sealed::ArgFor<bool> for bool {}
-impl ArgFor<bool> for bool {}
-impl<T: DeviceCopy> sealed::ArgFor<*mut T> for &DeviceBuffer<T> {}
-impl<T: DeviceCopy> ArgFor<*mut T> for &DeviceBuffer<T> {}
-impl<T: DeviceCopy> sealed::ArgFor<*const T> for &DeviceBuffer<T> {}
-impl<T: DeviceCopy> ArgFor<*const T> for &DeviceBuffer<T> {}
-impl<T: DeviceCopy> sealed::ArgFor<*mut T> for &mut DeviceBuffer<T> {}
-impl<T: DeviceCopy> ArgFor<*mut T> for &mut DeviceBuffer<T> {}
-impl<T: DeviceCopy> sealed::ArgFor<*const T> for &mut DeviceBuffer<T> {}
-impl<T: DeviceCopy> ArgFor<*const T> for &mut DeviceBuffer<T> {}
+/// Implements [`ArgFor`] by the argument's [`KernelArg`] form. (`ArgFor` keeps `KernelArg` as a
+/// supertrait: it lets coherence see that a one-tuple is never itself an argument, so a
+/// one-parameter kernel takes its argument bare or in a tuple.)
+macro_rules! arg_for {
+    ($( [$($g:tt)*] $a:ty => $p:ty; )*) => {$(
+        impl<$($g)*> $crate::runtime::kernel_sealed::ArgFor<$p> for $a {
+            fn push_as(&self, args: &mut $crate::KernelArgs) {
+                $crate::KernelArg::push_to(self, args);
+            }
+        }
+        impl<$($g)*> $crate::ArgFor<$p> for $a {}
+    )*};
+}
+pub(crate) use arg_for;
+
+arg_for! {
+    [T: DeviceCopy] T => T;
+    [] bool => bool;
+    [T: DeviceCopy] &DeviceBuffer<T> => *mut T;
+    [T: DeviceCopy] &DeviceBuffer<T> => *const T;
+    [T: DeviceCopy] &mut DeviceBuffer<T> => *mut T;
+    [T: DeviceCopy] &mut DeviceBuffer<T> => *const T;
+}
+
+/// A buffer passed with its length: the kernel parameter
+/// `template <typename T> struct Slice { T* ptr; unsigned long long len; };` (16 bytes), for
+/// kernels that must know how many elements they may touch. A typed kernel whose bounds depend
+/// on a separate length argument (`fill(int* p, int n, int v)`) cannot promise to stay in bounds
+/// of every buffer and `n` it is given; one that takes a `Slice<int>` and loops to `p.len` can.
+/// The argument is a `&DeviceBuffer<T>` (or a [`slice`](DeviceBuffer::slice) of one).
+///
+/// A marker type: it appears in signatures, never as a value.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(device: &Device, stream: &Stream) -> cuda_graph::Result<()> {
+/// let module = device.compile(r#"
+///     template <typename T> struct Slice { T* ptr; unsigned long long len; };
+///     extern "C" __global__ void fill(Slice<int> p, int v) {
+///         for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < p.len;
+///              i += blockDim.x * gridDim.x)
+///             p.ptr[i] = v;
+///     }
+/// "#)?;
+/// // SAFETY: `fill` writes p.ptr[i] for i < p.len only.
+/// let fill = unsafe { module.kernel::<(Slice<i32>, i32)>("fill")? };
+/// let buf = device.alloc_zeroed::<i32>(1000)?;
+/// stream.launch(&fill, LaunchConfig::for_num_elems(1000), (&buf, 7))?;
+/// stream.launch(&fill, LaunchConfig::for_num_elems(100), (&buf.slice(..100)?, 8))?;
+/// # Ok(()) }
+/// ```
+pub struct Slice<T>(PhantomData<fn() -> T>, std::convert::Infallible);
+
+impl<T> std::fmt::Debug for Slice<T> {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {}
+    }
+}
+
+/// The bytes of a `Slice<T>` argument.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct RawSlice {
+    ptr: u64,
+    len: u64,
+}
+// SAFETY: two integers, `#[repr(C)]`, no padding; the C struct `{ T* ptr; unsigned long long
+// len; }` on the 64-bit targets CUDA supports.
+unsafe impl DeviceCopy for RawSlice {}
+
+impl<T: DeviceCopy> sealed::Param for Slice<T> {
+    const SIZE: usize = std::mem::size_of::<RawSlice>();
+}
+impl<T: DeviceCopy> KernelParam for Slice<T> {}
+impl<T: DeviceCopy> sealed::ArgFor<Slice<T>> for &DeviceBuffer<T> {
+    fn push_as(&self, args: &mut KernelArgs) {
+        args.push_value(RawSlice {
+            ptr: self.device_ptr(),
+            len: self.len() as u64,
+        });
+        args.keep_alive(self.alloc.clone());
+    }
+}
+impl<T: DeviceCopy> ArgFor<Slice<T>> for &DeviceBuffer<T> {}
+impl<T: DeviceCopy> sealed::ArgFor<Slice<T>> for &mut DeviceBuffer<T> {
+    fn push_as(&self, args: &mut KernelArgs) {
+        sealed::ArgFor::<Slice<T>>::push_as(&&**self, args);
+    }
+}
+impl<T: DeviceCopy> ArgFor<Slice<T>> for &mut DeviceBuffer<T> {}
 
 /// A kernel's parameter list: a tuple of [`KernelParam`] types, `()` to `(P1, …, P12)`. Sealed.
 #[diagnostic::on_unimplemented(
@@ -118,7 +200,7 @@ macro_rules! signatures {
             #[allow(non_snake_case, unused_variables)]
             fn push_all(self, args: &mut KernelArgs) {
                 let ($($a,)*) = self;
-                $( $a.push_to(args); )*
+                $( sealed::ArgFor::<$p>::push_as(&$a, args); )*
             }
         }
         impl<$($p: KernelParam, $a: ArgFor<$p>),*> ArgsFor<($($p,)*)> for ($($a,)*) {}
@@ -144,7 +226,7 @@ signatures! {
 /// A single argument for a one-parameter kernel, without the tuple: `launch(&k, cfg, &buf)`.
 impl<P: KernelParam, A: ArgFor<P>> sealed::ArgsFor<(P,)> for A {
     fn push_all(self, args: &mut KernelArgs) {
-        self.push_to(args);
+        sealed::ArgFor::<P>::push_as(&self, args);
     }
 }
 impl<P: KernelParam, A: ArgFor<P>> ArgsFor<(P,)> for A {}
@@ -255,7 +337,11 @@ impl Function {
     /// # Ok(()) }
     /// ```
     pub unsafe fn typed<S: Signature>(&self) -> Result<Kernel<S>> {
-        check_signature(self, <S as sealed::Signature>::SIZES, std::any::type_name::<S>())?;
+        check_signature(
+            self,
+            <S as sealed::Signature>::SIZES,
+            std::any::type_name::<S>(),
+        )?;
         Ok(Kernel {
             function: self.clone(),
             sig: PhantomData,

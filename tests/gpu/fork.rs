@@ -109,7 +109,9 @@ fn fork_join_three_branches(gpu: &Gpu) -> TestResult {
     let forks = p.split::<3>()?;
     for (i, f) in forks.iter().enumerate() {
         // SAFETY: affine(int*, int, int).
-        unsafe { f.launch_unchecked(&affine, one(), &args![&bufs[i], 1i32, (i as i32 + 1) * 100])? };
+        unsafe {
+            f.launch_unchecked(&affine, one(), &args![&bufs[i], 1i32, (i as i32 + 1) * 100])?
+        };
     }
     p.join(forks)?;
     let g = p.end_building()?.complete(&Default::default())?;

@@ -74,7 +74,8 @@ fn every_node_kind_reads_back_what_was_set(gpu: &Gpu) -> TestResult {
         shared_mem_bytes: 64,
     };
     // SAFETY: add_one_at(int*, int) with i = 3 < 8; only thread 0 acts.
-    let kernel = unsafe { def.add_kernel_unchecked(&[], &gpu.f("add_one_at"), cfg, &args![&buf, 3i32])? };
+    let kernel =
+        unsafe { def.add_kernel_unchecked(&[], &gpu.f("add_one_at"), cfg, &args![&buf, 3i32])? };
     let memset = def.add_memset(&[&kernel], &buf, 7i32)?;
     let memcpy = def.add_memcpy(&[&memset], &buf, &src)?;
     let calls = Arc::new(AtomicU32::new(0));
@@ -213,7 +214,8 @@ fn updated_parameters_read_back(gpu: &Gpu) -> TestResult {
     // fill(int* p, int n, int v)
     let f = k(&def, &[], &gpu.f("fill"), args![&a, 4i32, 1i32])?;
     // SAFETY: fill(int*, int, int) over 2 ints of `b`.
-    let params = unsafe { NodeParams::kernel_unchecked(&gpu.f("fill"), one(), args![&b, 2i32, 5i32]) };
+    let params =
+        unsafe { NodeParams::kernel_unchecked(&gpu.f("fill"), one(), args![&b, 2i32, 5i32]) };
     def.set_params(&f, params)?;
     let info = def.node_info(&f)?;
     assert_eq!(info.arg::<u64>(0), Some(b.device_ptr()));

@@ -14,6 +14,7 @@ mod fork;
 mod foundation;
 mod inspect;
 mod interop;
+mod kernels;
 mod memory;
 mod nodes;
 #[cfg(feature = "nvrtc")]
@@ -68,6 +69,7 @@ fn main() {
         .chain(compiled)
         .chain(safety::TESTS)
         .chain(memory::TESTS)
+        .chain(kernels::TESTS)
     {
         tests.push(trial(name, *needs, *f));
     }

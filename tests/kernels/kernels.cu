@@ -249,3 +249,56 @@ extern "C" __global__ void bisect_continue(cudaGraphConditionalHandle loop,
     cudaGraphSetConditional(
         loop, (state[1] - state[0] > tol && iterations[0] < max_iter) ? 1u : 0u);
 }
+
+// ---------------------------------------------------------------------------
+// Slice kernels: each buffer comes with its length, as the Rust side's typed
+// `Slice<T>` parameter passes it. They touch no element past `len`, so their
+// typed declarations can promise to stay in bounds for any argument.
+template <typename T> struct Slice {
+    T* ptr;
+    unsigned long long len;
+};
+static_assert(sizeof(Slice<int>) == 16, "Slice<T> is { T*, u64 }");
+
+// fill_slice(Slice<int> p, int v): p[i] = v for every i < p.len.
+extern "C" __global__ void fill_slice(Slice<int> p, int v) {
+    GRID_STRIDE_LOOP(i, p.len) { p.ptr[i] = v; }
+}
+
+// copy_slice_i32(Slice<const int> src, Slice<int> dst): dst[i] = src[i] for
+// i < min(src.len, dst.len).
+extern "C" __global__ void copy_slice_i32(Slice<const int> src, Slice<int> dst) {
+    unsigned long long n = src.len < dst.len ? src.len : dst.len;
+    GRID_STRIDE_LOOP(i, n) { dst.ptr[i] = src.ptr[i]; }
+}
+
+// copy_slice_f32(Slice<const float> src, Slice<float> dst): as copy_slice_i32.
+extern "C" __global__ void copy_slice_f32(Slice<const float> src, Slice<float> dst) {
+    unsigned long long n = src.len < dst.len ? src.len : dst.len;
+    GRID_STRIDE_LOOP(i, n) { dst.ptr[i] = src.ptr[i]; }
+}
+
+// heat_step_slice(Slice<const float> in, Slice<float> out, float alpha):
+// heat_step over n = min(in.len, out.len) elements.
+extern "C" __global__ void heat_step_slice(Slice<const float> in, Slice<float> out,
+                                           float alpha) {
+    long long n = (long long)(in.len < out.len ? in.len : out.len);
+    GRID_STRIDE_LOOP(i, n) {
+        if (i == 0 || i == n - 1) {
+            out.ptr[i] = in.ptr[i];
+        } else {
+            out.ptr[i] = in.ptr[i] + alpha * (in.ptr[i - 1] - 2.0f * in.ptr[i] + in.ptr[i + 1]);
+        }
+    }
+}
+
+// max_abs_diff_slice(Slice<const float> a, Slice<const float> b,
+//                    unsigned int* result_bits): max_abs_diff over
+// n = min(a.len, b.len) elements into result_bits[0].
+extern "C" __global__ void max_abs_diff_slice(Slice<const float> a, Slice<const float> b,
+                                              unsigned int* result_bits) {
+    unsigned long long n = a.len < b.len ? a.len : b.len;
+    GRID_STRIDE_LOOP(i, n) {
+        atomicMax(result_bits, __float_as_uint(fabsf(a.ptr[i] - b.ptr[i])));
+    }
+}

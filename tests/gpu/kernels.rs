@@ -1,0 +1,254 @@
+//! Typed kernels: declarations checked against the kernel, safe launches in every front end.
+
+use cuda_graph::prelude::*;
+
+use crate::support::{eventually, one, Gpu, Needs, TestResult};
+
+pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    (
+        "kernels::typed_launches_in_every_front_end",
+        Needs::Gpu,
+        typed_launches_in_every_front_end,
+    ),
+    (
+        "kernels::declarations_are_checked_against_the_kernel",
+        Needs::Gpu,
+        declarations_are_checked_against_the_kernel,
+    ),
+    (
+        "kernels::typed_launches_keep_their_buffers_alive",
+        Needs::Gpu,
+        typed_launches_keep_their_buffers_alive,
+    ),
+    (
+        "kernels::slices_carry_their_length",
+        Needs::Gpu,
+        slices_carry_their_length,
+    ),
+    (
+        "kernels::typed_kernels_set_conditions",
+        Needs::Conditional(DriverVersion::V12_3),
+        typed_kernels_set_conditions,
+    ),
+];
+
+type Affine = Kernel<(*mut i32, i32, i32)>;
+
+fn affine(gpu: &Gpu) -> cuda_graph::Result<Affine> {
+    // SAFETY: affine(int* p, int m, int b) writes p[0] only.
+    unsafe { gpu.module.kernel("affine") }
+}
+
+fn typed_launches_in_every_front_end(gpu: &Gpu) -> TestResult {
+    let affine = affine(gpu)?;
+    // SAFETY: add_one(int* p) writes p[0] only.
+    let add_one = unsafe { gpu.module.kernel::<(*mut i32,)>("add_one")? };
+    // SAFETY: copy_i32(const int* src, int* dst, int n) copies n elements: every use below
+    // passes n equal to both buffers' length.
+    let copy = unsafe {
+        gpu.module
+            .kernel::<(*const i32, *mut i32, i32)>("copy_i32")?
+    };
+    let s = gpu.stream();
+    let buf = gpu.device.alloc_zeroed::<i32>(4)?;
+    // Stream: buf[0] = 0 * 2 + 5, then + 1; a view's first element is buf[2].
+    s.launch(&affine, one(), (&buf, 2, 5))?;
+    s.launch(&add_one, one(), &buf)?;
+    s.launch(&add_one, one(), &buf.slice(2..)?)?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [6, 0, 1, 0]);
+    // Capture: buf[0] = 6 * 10 + 1.
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    b.launch(&affine, one(), (&buf, 10, 1))?;
+    let g = b
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?[0], 61);
+    // Definition: buf[0] = 61 * 1 - 60, copied into `dst`.
+    let dst = gpu.device.alloc_zeroed::<i32>(4)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let k = def.add_kernel(&[], &affine, one(), (&buf, 1, -60))?;
+    let c = def.add_kernel(&[&k], &copy, one(), (&buf, &dst, 4))?;
+    let mut exec = def.instantiate(&Default::default())?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(dst.to_vec()?, [1, 0, 1, 0]);
+    // Per-node updates with typed parameters: the exec's, then the definition's.
+    exec.set_params(&k, NodeParams::kernel(&affine, one(), (&buf, 0, 9)))?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(dst.to_vec()?, [9, 0, 1, 0]);
+    def.set_params(&c, NodeParams::kernel(&copy, one(), (&dst, &buf, 4)))?;
+    let info = def.inspect(&c)?;
+    assert!(format!("{info:?}").contains("copy_i32"), "{info:?}");
+    Ok(())
+}
+
+fn declarations_are_checked_against_the_kernel(gpu: &Gpu) -> TestResult {
+    // Right declarations of every parameter kind are accepted.
+    // SAFETY (all): the declarations are the test kernels' own (never launched here).
+    unsafe {
+        gpu.module.kernel::<()>("empty_kernel")?;
+        gpu.module.kernel::<(*mut i32, i32)>("add_one_at")?;
+        gpu.module
+            .kernel::<(ConditionalHandle, u32)>("set_condition")?;
+        gpu.module
+            .kernel::<(DeviceGraph, *mut i32)>("launch_graph")?;
+        gpu.module.kernel::<(u64,)>("spin")?;
+        gpu.module
+            .kernel::<(*const f32, *mut f32, i32, f32)>("heat_step")?;
+    }
+    let driver = cuda_graph::driver_version()?;
+    // SAFETY (all): wrong on purpose; refused before any launch.
+    let wrong = unsafe {
+        [
+            gpu.module.kernel::<(*mut i32, i32)>("add_one").map(drop),
+            gpu.module.kernel::<()>("add_one").map(drop),
+            gpu.module
+                .kernel::<(*mut i32, i64, i32)>("affine")
+                .map(drop),
+            gpu.module.kernel::<(*mut i32, i32)>("affine").map(drop),
+            gpu.module.kernel::<(u32,)>("spin").map(drop),
+        ]
+    };
+    if driver < DriverVersion(12040) {
+        // The driver cannot report parameters: the declaration is the caller's promise alone.
+        assert!(wrong.iter().all(|r| r.is_ok()));
+        return Ok(());
+    }
+    let texts: Vec<String> = wrong
+        .into_iter()
+        .map(|r| match r {
+            Err(Error::InvalidArgument(t)) => t,
+            other => panic!("expected a refused declaration, got {other:?}"),
+        })
+        .collect();
+    assert!(
+        texts[0].contains("`add_one` takes 1 parameter"),
+        "{}",
+        texts[0]
+    );
+    assert!(
+        texts[1].contains("`add_one` takes more parameters"),
+        "{}",
+        texts[1]
+    );
+    assert!(
+        texts[2].contains("parameter 1 is 4 bytes") && texts[2].contains("makes it 8"),
+        "{}",
+        texts[2]
+    );
+    assert!(texts[3].contains("takes more parameters"), "{}", texts[3]);
+    assert!(texts[4].contains("parameter 0 is 8 bytes"), "{}", texts[4]);
+    // The raw function of a typed kernel is the same kernel.
+    let a = affine(gpu)?;
+    assert_eq!(a.function().name(), "affine");
+    // SAFETY: the declaration is affine's own.
+    let again: Affine = unsafe { gpu.f("affine").typed()? };
+    assert!(format!("{again:?}").contains("(*mut i32, i32, i32)"));
+    Ok(())
+}
+
+fn typed_launches_keep_their_buffers_alive(gpu: &Gpu) -> TestResult {
+    let affine = affine(gpu)?;
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = buf.release_observer();
+    let out = gpu.device.alloc_zeroed::<i32>(1)?;
+    // SAFETY: copy_i32(const int* src, int* dst, int n): n = 1, both buffers hold 1.
+    let copy = unsafe {
+        gpu.module
+            .kernel::<(*const i32, *mut i32, i32)>("copy_i32")?
+    };
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    b.launch(&affine, one(), (&buf, 1, 7))?;
+    b.launch(&copy, one(), (&buf, &out, 1))?;
+    let g = b
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
+    drop(buf);
+    assert!(!watch.is_released(), "the graph holds the buffer");
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(out.to_vec()?, [7]);
+    drop(g);
+    assert!(
+        eventually(|| watch.is_released()),
+        "the buffer outlived the graph"
+    );
+    Ok(())
+}
+
+fn typed_kernels_set_conditions(gpu: &Gpu) -> TestResult {
+    // SAFETY: set_condition(cudaGraphConditionalHandle h, unsigned value) touches no memory.
+    let set = unsafe {
+        gpu.module
+            .kernel::<(ConditionalHandle, u32)>("set_condition")?
+    };
+    // SAFETY: add_one(int* p) writes p[0] only.
+    let add_one = unsafe { gpu.module.kernel::<(*mut i32,)>("add_one")? };
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.stream();
+    for (value, expect) in [(0u32, 0), (1, 1)] {
+        let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+        let h = b.create_conditional_handle(Some(0))?;
+        b.launch(&set, one(), (h, value))?;
+        let body = b.if_then(&h)?.begin_building(Global)?;
+        body.launch(&add_one, one(), &buf)?;
+        body.end_building()?;
+        let g = b
+            .end_building()?
+            .complete(&GraphCompleteOptions::default())?;
+        buf.copy_from(&[0])?;
+        g.launch(&s)?;
+        s.synchronize()?;
+        assert_eq!(buf.to_vec()?, [expect], "condition {value}");
+    }
+    Ok(())
+}
+
+fn slices_carry_their_length(gpu: &Gpu) -> TestResult {
+    // SAFETY: fill_slice(Slice<int> p, int v) writes p.ptr[i] for i < p.len only.
+    let fill = unsafe { gpu.module.kernel::<(Slice<i32>, i32)>("fill_slice")? };
+    // SAFETY: copy_slice_i32(Slice<const int>, Slice<int>) copies min(len) elements.
+    let copy = unsafe {
+        gpu.module
+            .kernel::<(Slice<i32>, Slice<i32>)>("copy_slice_i32")?
+    };
+    let buf = gpu.device.alloc_zeroed::<i32>(1000)?;
+    let s = gpu.stream();
+    // A grid far larger than the data: the kernel stops at the length it is given.
+    let big = LaunchConfig::for_num_elems(4096);
+    s.launch(&fill, big, (&buf.slice(10..20)?, 7))?;
+    s.synchronize()?;
+    let v = buf.to_vec()?;
+    assert!(v[10..20].iter().all(|&x| x == 7), "{:?}", &v[..30]);
+    assert_eq!(v.iter().filter(|&&x| x != 0).count(), 10);
+    // In a capture and in a definition, with the view's length.
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    b.launch(&fill, big, (&buf, 1))?;
+    b.launch(&fill, big, (&buf.slice(..3)?, 2))?;
+    let g = b
+        .end_building()?
+        .complete(&GraphCompleteOptions::default())?;
+    g.launch(&s)?;
+    let dst = gpu.device.alloc_zeroed::<i32>(5)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    def.add_kernel(&[], &copy, big, (&buf, &dst))?;
+    let exec = def.instantiate(&Default::default())?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(dst.to_vec()?, [2, 2, 2, 1, 1]);
+    // Declared with pointers, a slice kernel is refused: its parameters are 16 bytes.
+    if cuda_graph::driver_version()? >= DriverVersion(12040) {
+        // SAFETY: wrong on purpose; refused before any launch.
+        let wrong = unsafe { gpu.module.kernel::<(*mut i32, i32)>("fill_slice") };
+        match wrong {
+            Err(Error::InvalidArgument(t)) => assert!(t.contains("parameter 0 is 16 bytes"), "{t}"),
+            other => return Err(format!("expected a refused declaration, got {other:?}").into()),
+        }
+    }
+    Ok(())
+}
