@@ -15,7 +15,7 @@
 //! | layer | what |
 //! | --- | --- |
 //! | driver handles (private) | one RAII type per driver object over `cudarc::driver::sys` |
-//! | runtime | [`Device`], [`Stream`], [`Event`], [`DeviceBuffer`], [`Module`], [`Function`], [`LaunchConfig`], [`KernelArgs`], [`Error`] |
+//! | runtime | [`Device`], [`Stream`], [`Event`], [`DeviceBuffer`], [`Module`], [`Kernel`] (typed, safe launches; [`Slice`]), [`Function`] and [`KernelArgs`] (untyped), [`LaunchConfig`], [`Error`] |
 //! | typestate | [`GraphBuilder`] and its markers in [`builder`] |
 //! | executable | [`Graph`], [`GraphCompleteOptions`] |
 //! | explicit | [`GraphDefinition`], [`GraphNode`], [`NodeType`], [`GraphAllocation`] (see [the definitions guide](docs::definitions)) |
@@ -42,13 +42,13 @@
 //! let device = Device::new(0)?;
 //! # let fatbin: &[u8] = &[];
 //! let module = device.load_module(fatbin)?;
-//! let add_one = module.function("add_one")?;
+//! // SAFETY: `add_one(int* p)` increments p[0]: its parameter list, within any buffer.
+//! let add_one = unsafe { module.kernel::<(*mut i32,)>("add_one")? };
 //! let counter = device.alloc_zeroed::<i32>(1)?;
 //!
 //! let builder = device.create_graph_builder()?.begin_building(Global)?;
 //! for _ in 0..3 {
-//!     // SAFETY: add_one takes one `int*`, and `counter` holds one int.
-//!     unsafe { builder.launch_unchecked(&add_one, LaunchConfig::single(), &KernelArgs::new().arg(&counter))? };
+//!     builder.launch(&add_one, LaunchConfig::single(), &counter)?;
 //! }
 //! let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
 //! let stream = device.create_stream()?;
