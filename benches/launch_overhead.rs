@@ -30,9 +30,7 @@ fn setup() -> cuda_graph::Result<Setup> {
             // SAFETY: empty_kernel takes no arguments.
             unsafe { b.launch_unchecked(&empty, LaunchConfig::single(), &KernelArgs::new())? };
         }
-        let g = b
-            .end_building()?
-            .complete(&GraphCompleteOptions::default())?;
+        let g = b.end_building()?.instantiate()?;
         g.upload(&stream)?;
         graphs.push((n, g));
     }

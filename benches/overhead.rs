@@ -24,7 +24,7 @@
 //! | --- | --- | --- |
 //! | `capture/Global`, `/ThreadLocal`, `/Relaxed` | `stream.create_graph_builder().begin_building(M)` on an existing stream, n × `launch(empty_kernel)`, `end_building()`, drop | `cuGraphCreate`, `cuStreamBeginCaptureToGraph(M)` (how the library captures, into its own graph), n × `cuLaunchKernel`, `cuStreamEndCapture`, `cuGraphDestroy` |
 //! | `capture+buf/Global` | the same with `add_one(int*)`, `&KernelArgs::new().arg(&buf)` per launch (one buffer for all) | the same with a one-entry `kernelParams` array |
-//! | `instantiate` | `ended.complete(&Default::default())` of a captured n-node graph, drop the `Graph` | `cuGraphInstantiateWithParams`, `cuGraphExecDestroy` |
+//! | `instantiate` | `ended.instantiate()` of a captured n-node graph, drop the `Graph` | `cuGraphInstantiateWithParams`, `cuGraphExecDestroy` |
 //! | `replay` | `graph.launch(&stream)`, `stream.synchronize()` (n-node exec) | `cuGraphLaunch`, `cuStreamSynchronize` |
 //! | `update` | `graph.update(&other)`, alternately from two ended builders of n `add_one` launches on two buffers (same topology) | `cuGraphExecUpdate_v2`, alternately from two graphs |
 //! | `explicit` | `GraphDefinition::new`, n × `add_kernel(&[&previous], empty_kernel)` (a chain), drop | `cuGraphCreate`, n × `cuGraphAddKernelNode_v2` (a chain), `cuGraphDestroy` |
@@ -795,7 +795,7 @@ fn lib_err(e: Error) -> String {
 
 impl<'a> Pair<'a> {
     fn new(case: Case, n: usize, lib: &'a Lib, raw: &'a Raw) -> Result<Pair<'a>, String> {
-        let opts = GraphCompleteOptions::default();
+        let opts = InstantiateOptions::default();
         let prep = match case {
             Case::Instantiate => {
                 let l = lib.capture(Mode::Global, n, Work::Empty).map_err(lib_err)?;
@@ -808,7 +808,7 @@ impl<'a> Pair<'a> {
             Case::Replay => {
                 let l = lib
                     .capture(Mode::Global, n, Work::Empty)
-                    .and_then(|b| b.complete(&opts))
+                    .and_then(|b| b.instantiate_with(&opts))
                     .map_err(lib_err)?;
                 raw.bind()?;
                 let g = raw.capture(Mode::Global, n, RawWork::Empty)?;
@@ -825,7 +825,7 @@ impl<'a> Pair<'a> {
                 let b = lib
                     .capture(Mode::Global, n, Work::AddOne(&lib.buf_b))
                     .map_err(lib_err)?;
-                let l = a.complete(&opts).map_err(lib_err)?;
+                let l = a.instantiate_with(&opts).map_err(lib_err)?;
                 raw.bind()?;
                 let ra = raw.capture(Mode::Global, n, RawWork::AddOne(raw.buf_a))?;
                 let rb = raw.capture(Mode::Global, n, RawWork::AddOne(raw.buf_b))?;
@@ -855,7 +855,7 @@ impl<'a> Pair<'a> {
             case, n, lib, prep, ..
         } = self;
         let (case, n, lib) = (*case, *n, *lib);
-        let opts = GraphCompleteOptions::default();
+        let opts = InstantiateOptions::default();
         match (case, prep) {
             (Case::Capture(mode), _) => timed(|| lib.capture(mode, n, Work::Empty).map(drop)),
             (Case::CaptureBuffer, _) => timed(|| {
@@ -863,7 +863,7 @@ impl<'a> Pair<'a> {
                     .map(drop)
             }),
             (Case::Instantiate, Prepared::Instantiate { lib: ended, .. }) => {
-                timed(|| ended.complete(&opts).map(drop))
+                timed(|| ended.instantiate_with(&opts).map(drop))
             }
             (Case::Replay, Prepared::Replay { lib: graph, .. }) => timed(|| {
                 graph.launch(&lib.stream)?;

@@ -182,9 +182,7 @@ fn run() -> Result<Option<String>, Box<dyn Error>> {
         LaunchConfig::for_num_elems((M * N) as u32),
         (&c, &out, ALPHA_HEAT),
     )?;
-    let graph = builder
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let graph = builder.end_building()?.instantiate()?;
 
     let mut worst = 0f32;
     for replay in 0..REPLAYS {

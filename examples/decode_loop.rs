@@ -81,7 +81,7 @@ fn run_steps(
 ) -> cuda_graph::Result<Run> {
     let buf = device.alloc_zeroed::<i32>(POSITIONS)?;
     let stream = device.create_stream()?;
-    let mut cache = GraphCache::new(GraphCompleteOptions::default());
+    let mut cache = GraphCache::new(InstantiateOptions::default());
     let start = Instant::now();
     let mut instantiations = 0;
     for step in 0..steps {
@@ -90,7 +90,7 @@ fn run_steps(
             cache.refresh(&ended)?;
             cache.launch(&stream)?;
         } else {
-            let graph = ended.complete(&GraphCompleteOptions::default())?;
+            let graph = ended.instantiate()?;
             graph.launch(&stream)?;
             instantiations += 1;
         }

@@ -58,7 +58,7 @@ fn run() -> cuda_graph::Result<()> {
     let parent = device.create_graph_builder()?.begin_building(Global)?;
     let h = parent.create_conditional_handle(Some(1))?;
     {
-        let body = parent.while_loop(&h)?.begin_building(Global)?;
+        let body = parent.add_while(&h)?.begin_building(Global)?;
         body.launch(&step, cfg, (&u, &v, ALPHA))?;
         body.launch(&maxdiff, cfg, (&u, &v, &diff))?;
         body.launch(&copy, cfg, (&v, &u))?;
@@ -71,7 +71,7 @@ fn run() -> cuda_graph::Result<()> {
     }
     let graph = parent
         .end_building()?
-        .complete(&GraphCompleteOptions::new().upload_on(&stream))?;
+        .instantiate_with(&InstantiateOptions::new().upload_on(&stream))?;
     stream.synchronize()?;
     let t = Instant::now();
     graph.launch(&stream)?;

@@ -45,7 +45,7 @@ fn run() -> cuda_graph::Result<()> {
     body.add_kernel(&[], &affine, one, (&result, 10, 0))?;
 
     let (nodes, edges) = (def.nodes()?.len(), def.edges()?.len());
-    let graph = def.instantiate(&GraphCompleteOptions::default())?;
+    let graph = def.instantiate()?;
     drop(def); // the exec keeps everything it uses alive
 
     let stream = device.create_stream()?;

@@ -43,7 +43,7 @@ fn run() -> cuda_graph::Result<()> {
     let ended = parent.end_building()?;
     let dot = std::env::temp_dir().join("fork_join.dot");
     ended.debug_dot_print(&dot, &GraphDebugPrintOptions::default())?;
-    let graph = ended.complete(&GraphCompleteOptions::default())?;
+    let graph = ended.instantiate()?;
 
     let stream = device.create_stream()?;
     graph.launch(&stream)?;

@@ -29,9 +29,7 @@ fn main() -> cuda_graph::Result<()> {
     for (m, b) in [(1, 1), (10, 0), (1, 2)] {
         builder.launch(&affine, LaunchConfig::single(), (&value, m, b))?;
     }
-    let graph = builder
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let graph = builder.end_building()?.instantiate()?;
 
     // ...and replay them as one launch, twice: 0 becomes 12, then 132.
     let stream = device.create_stream()?;

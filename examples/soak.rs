@@ -383,9 +383,7 @@ impl CrateSide {
                 b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())?
             };
         }
-        let graph = b
-            .end_building()?
-            .complete(&GraphCompleteOptions::default())?;
+        let graph = b.end_building()?.instantiate()?;
         graph.launch(stream)?;
         stream.synchronize()
     }
@@ -408,7 +406,7 @@ impl CrateSide {
                 &self.add_one_args(),
             )?;
         }
-        let graph = def.instantiate(&GraphCompleteOptions::default())?;
+        let graph = def.instantiate()?;
         graph.launch(stream)?;
         stream.synchronize()
     }
@@ -436,7 +434,7 @@ impl CrateSide {
             def.destroy_node(previous)?;
         }
         drop(buf);
-        let graph = def.instantiate(&GraphCompleteOptions::default())?;
+        let graph = def.instantiate()?;
         graph.launch(stream)?;
         stream.synchronize()
     }
@@ -455,9 +453,7 @@ impl CrateSide {
             };
         }
         p.join(forks)?;
-        let graph = p
-            .end_building()?
-            .complete(&GraphCompleteOptions::default())?;
+        let graph = p.end_building()?.instantiate()?;
         graph.launch(stream)?;
         stream.synchronize()
     }
@@ -466,16 +462,14 @@ impl CrateSide {
         let p = self.device.create_graph_builder()?.begin_building(Global)?;
         let always = p.create_conditional_handle(Some(1))?;
         {
-            let body = p.if_then(&always)?.begin_building(Global)?;
+            let body = p.add_if(&always)?.begin_building(Global)?;
             // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
             unsafe {
                 body.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())?
             };
             body.end_building()?;
         }
-        let graph = p
-            .end_building()?
-            .complete(&GraphCompleteOptions::default())?;
+        let graph = p.end_building()?.instantiate()?;
         graph.launch(stream)?;
         stream.synchronize()
     }
@@ -493,7 +487,7 @@ impl CrateSide {
             b.end_building()
         };
         let mut graph = capture(1)
-            .and_then(|a| a.complete(&GraphCompleteOptions::default()))
+            .and_then(|a| a.instantiate())
             .map_err(crate_err)?;
         let other = capture(2).map_err(crate_err)?;
         if graph.update(&other).is_ok() {
@@ -510,14 +504,12 @@ impl CrateSide {
         let crate_err = |e: Error| format!("crate: {e}");
         let (graph, cb) = (|| -> cuda_graph::Result<(Graph, HostCallback)> {
             let b = self.device.create_graph_builder()?.begin_building(Global)?;
-            let cb = b.callback(|| panic!("soak"))?;
+            let cb = b.add_host_callback(|| panic!("soak"))?;
             // SAFETY: add_one takes one int*, and `buf` holds 64 ints.
             unsafe {
                 b.launch_unchecked(&self.add_one, LaunchConfig::single(), &self.add_one_args())?
             };
-            let graph = b
-                .end_building()?
-                .complete(&GraphCompleteOptions::default())?;
+            let graph = b.end_building()?.instantiate()?;
             Ok((graph, cb))
         })()
         .map_err(crate_err)?;

@@ -17,7 +17,7 @@
 //! | driver handles (private) | one RAII type per driver object over `cudarc::driver::sys` |
 //! | runtime | [`Device`], [`Stream`], [`Event`], [`DeviceBuffer`], [`Module`], [`Kernel`] (typed, safe launches; [`Slice`]), [`Function`] and [`KernelArgs`] (untyped), [`LaunchConfig`], [`Error`] |
 //! | typestate | [`GraphBuilder`] and its markers in [`builder`] |
-//! | executable | [`Graph`], [`GraphCompleteOptions`] |
+//! | executable | [`Graph`], [`InstantiateOptions`] |
 //! | explicit | [`GraphDefinition`], [`GraphNode`], [`NodeType`], [`GraphAllocation`] (see [the definitions guide](docs::definitions)) |
 //!
 //! Everything a user needs is in the [`prelude`]. The guides are in [`docs`]: a
@@ -50,7 +50,7 @@
 //! for _ in 0..3 {
 //!     builder.launch(&add_one, LaunchConfig::single(), &counter)?;
 //! }
-//! let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
+//! let graph = builder.end_building()?.instantiate()?;
 //! let stream = device.create_stream()?;
 //! graph.launch(&stream)?;
 //! stream.synchronize()?;
@@ -88,8 +88,8 @@ pub use definition::{
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
 pub use graph::{
-    CacheOutcome, DeviceGraph, DotDetail, Graph, GraphCache, GraphCompleteOptions,
-    GraphDebugPrintOptions,
+    CacheOutcome, DeviceGraph, DotDetail, Graph, GraphCache, GraphDebugPrintOptions,
+    InstantiateOptions,
 };
 pub use runtime::{
     ArgFor, ArgsFor, Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function,
@@ -102,9 +102,9 @@ pub mod prelude {
     pub use crate::{
         driver_version, CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Device,
         DeviceBuffer, DeviceCopy, DeviceGraph, DotDetail, DriverVersion, Ended, Error, Event,
-        Forked, Function, Global, Graph, GraphBuilder, GraphCompleteOptions,
-        GraphDebugPrintOptions, HostCallback, Kernel, KernelArg, KernelArgs, LaunchConfig, Module,
-        NotStarted, Primary, Relaxed, Result, Slice, Stream, ThreadLocal,
+        Forked, Function, Global, Graph, GraphBuilder, GraphDebugPrintOptions, HostCallback,
+        InstantiateOptions, Kernel, KernelArg, KernelArgs, LaunchConfig, Module, NotStarted,
+        Primary, Relaxed, Result, Slice, Stream, ThreadLocal,
     };
     pub use crate::{
         CacheOutcome, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,

@@ -20,10 +20,10 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
-    /// let cb = b.callback(|| println!("the graph reached this point"))?;
+    /// let cb = b.add_host_callback(|| println!("the graph reached this point"))?;
     /// # Ok(()) }
     /// ```
-    pub fn callback<F>(&self, f: F) -> Result<HostCallback>
+    pub fn add_host_callback<F>(&self, f: F) -> Result<HostCallback>
     where
         S: IsCapturing,
         F: FnMut() + Send + 'static,

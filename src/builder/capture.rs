@@ -5,7 +5,7 @@ use super::state::{CaptureMode, Capturing, Ended, IsCapturing, IsEnded, State, U
 use super::GraphBuilder;
 use crate::definition::GraphAllocation;
 use crate::error::{Error, Result};
-use crate::graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions};
+use crate::graph::{Graph, GraphDebugPrintOptions, InstantiateOptions};
 use crate::runtime::{DeviceBuffer, DeviceCopy, Function, KernelArgs, LaunchConfig, Stream};
 
 /// `NotStarted` → `Capturing<M>`.
@@ -197,7 +197,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// // SAFETY: fill(int*, int n, int v); scratch holds 256 ints until the free below.
     /// unsafe { b.launch_unchecked(fill, LaunchConfig::for_num_elems(256), &KernelArgs::new().arg(&scratch).arg(256i32).arg(1i32))? };
     /// b.free_async(scratch)?;
-    /// let graph = b.end_building()?.complete(&Default::default())?;
+    /// let graph = b.end_building()?.instantiate()?;
     /// # Ok(()) }
     /// ```
     pub fn alloc_async(&self, bytes: usize) -> Result<GraphAllocation>
@@ -235,7 +235,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     ///
     /// Does not compile while a fork or conditional body still borrows this builder: rustc then
     /// says `cannot move out of `parent` because it is borrowed` (E0505) and points at the
-    /// `split` or `if_then`/`while_loop`/... that made it. Join the forks first
+    /// `split` or `add_if`/`add_while`/... that made it. Join the forks first
     /// ([`join`](Self::join), or drop them), and end every body (`end_building()` on it, or drop
     /// it). If the capture was invalidated, returns [`Error::CaptureInvalidated`]; the capture is
     /// over either way and the stream is usable.
@@ -246,7 +246,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # fn f(device: &Device) -> cuda_graph::Result<()> {
     /// let b = device.create_graph_builder()?.begin_building(Global)?;
     /// let ended = b.end_building()?;
-    /// let graph = ended.complete(&GraphCompleteOptions::default())?;
+    /// let graph = ended.instantiate()?;
     /// # let _ = graph;
     /// # Ok(()) }
     /// ```
@@ -297,8 +297,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
 
 /// `Primary` + `Ended` → [`Graph`].
 impl<K: Kind, S: State> GraphBuilder<K, S> {
-    /// Instantiates the captured graph into an executable [`Graph`]
-    /// (`cuGraphInstantiateWithParams`). An ended builder can be completed any number of times.
+    /// Instantiates the captured graph into an executable [`Graph`] with the default options
+    /// (`cuGraphInstantiateWithParams`): [`instantiate_with`](Self::instantiate_with) and
+    /// [`InstantiateOptions::default`]. An ended builder can be instantiated any number of times.
     ///
     /// A refusal is an [`Error::Instantiate`] naming the driver's reason.
     ///
@@ -306,13 +307,30 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # use cuda_graph::prelude::*;
     /// # use cuda_graph::*;
     /// # fn f(ended: &GraphBuilder<Primary, Ended>, stream: &Stream) -> cuda_graph::Result<()> {
-    /// let graph = ended.complete(&GraphCompleteOptions::default())?;
-    /// let again = ended.complete(&GraphCompleteOptions::default())?; // as often as you like
+    /// let graph = ended.instantiate()?;
+    /// let again = ended.instantiate()?; // as often as you like
     /// graph.launch(stream)?;
     /// # let _ = again;
     /// # Ok(()) }
     /// ```
-    pub fn complete(&self, options: &GraphCompleteOptions) -> Result<Graph>
+    pub fn instantiate(&self) -> Result<Graph>
+    where
+        S: IsEnded,
+        K: StandsAlone,
+    {
+        Graph::instantiate(self.ended_graph()?, &InstantiateOptions::default())
+    }
+
+    /// Instantiates the captured graph into an executable [`Graph`] with `options` (uploads,
+    /// auto-free, device launch, node priorities).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(ended: &GraphBuilder<Primary, Ended>, stream: &Stream) -> cuda_graph::Result<()> {
+    /// let graph = ended.instantiate_with(&InstantiateOptions::new().upload_on(stream))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn instantiate_with(&self, options: &InstantiateOptions) -> Result<Graph>
     where
         S: IsEnded,
         K: StandsAlone,

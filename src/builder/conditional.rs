@@ -1,4 +1,4 @@
-//! Conditional nodes: `if_then`, `if_else`, `switch`, `while_loop`.
+//! Conditional nodes: `add_if`, `add_if_else`, `add_switch`, `add_while`.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -106,13 +106,13 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # use cuda_graph::*;
     /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, add_one: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// let h = b.create_conditional_handle(Some(1))?;
-    /// let body = b.if_then(&h)?.begin_building(Global)?;
+    /// let body = b.add_if(&h)?.begin_building(Global)?;
     /// // SAFETY: add_one takes one int*.
     /// unsafe { body.launch_unchecked(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     /// body.end_building()?;
     /// # Ok(()) }
     /// ```
-    pub fn if_then(
+    pub fn add_if(
         &self,
         handle: &ConditionalHandle,
     ) -> Result<GraphBuilder<ConditionalBody<'_>, NotStarted>>
@@ -132,13 +132,13 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # use cuda_graph::*;
     /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
     /// let h = b.create_conditional_handle(Some(0))?;
-    /// let (then_body, else_body) = b.if_else(&h)?;
+    /// let (then_body, else_body) = b.add_if_else(&h)?;
     /// then_body.begin_building(Global)?.end_building()?;
     /// else_body.begin_building(Global)?.end_building()?; // runs: the value is 0
     /// # Ok(()) }
     /// ```
     #[allow(clippy::type_complexity)]
-    pub fn if_else(
+    pub fn add_if_else(
         &self,
         handle: &ConditionalHandle,
     ) -> Result<(
@@ -166,13 +166,13 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # use cuda_graph::*;
     /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
     /// let h = b.create_conditional_handle(Some(2))?;
-    /// let bodies = b.switch(&h, 3)?; // body 2 runs
+    /// let bodies = b.add_switch(&h, 3)?; // body 2 runs
     /// for body in bodies {
     ///     body.begin_building(Global)?.end_building()?;
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn switch(
+    pub fn add_switch(
         &self,
         handle: &ConditionalHandle,
         n: u32,
@@ -192,13 +192,13 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # use cuda_graph::*;
     /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, countdown: &Function, counter: &DeviceBuffer<i32>, iterations: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// let h = b.create_conditional_handle(Some(1))?;
-    /// let body = b.while_loop(&h)?.begin_building(Global)?;
+    /// let body = b.add_while(&h)?.begin_building(Global)?;
     /// // SAFETY: countdown(handle, int*, int*) sets the handle to 0 when the counter runs out.
     /// unsafe { body.launch_unchecked(countdown, LaunchConfig::single(), &KernelArgs::new().arg(h).arg(counter).arg(iterations))? };
     /// body.end_building()?;
     /// # Ok(()) }
     /// ```
-    pub fn while_loop(
+    pub fn add_while(
         &self,
         handle: &ConditionalHandle,
     ) -> Result<GraphBuilder<ConditionalBody<'_>, NotStarted>>

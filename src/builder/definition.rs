@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// A [`GraphDefinition`] view of this builder's graph, sharing its ownership: it outlives the
     /// builder, and nodes added through it become part of the graph (and so of what
-    /// [`complete`](Self::complete) instantiates).
+    /// [`instantiate`](Self::instantiate) instantiates).
     ///
     /// Legal on an ended `Primary` builder, and on a `ConditionalBody` builder before its capture
     /// (a body built explicitly, or captured afterwards: while the body's capture runs, the
@@ -28,7 +28,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// let def = ended.graph_definition()?;
     /// let last = def.nodes()?[0];
     /// unsafe { def.add_kernel_unchecked(&[&last], k, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
-    /// let graph = ended.complete(&GraphCompleteOptions::default())?; // runs both kernels
+    /// let graph = ended.instantiate()?; // runs both kernels
     /// # Ok(()) }
     /// ```
     pub fn graph_definition(&self) -> Result<GraphDefinition>

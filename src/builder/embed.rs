@@ -1,4 +1,4 @@
-//! Child graphs: `embed(&child)`.
+//! Child graphs: `add_child_graph(&child)`.
 
 use cudarc::driver::sys;
 
@@ -28,11 +28,11 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// # use cuda_graph::prelude::*;
     /// # use cuda_graph::*;
     /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, step: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
-    /// b.embed(step)?;       // a copy of `step`'s graph, after the work so far
-    /// b.embed(step)?;       // and another
+    /// b.add_child_graph(step)?;       // a copy of `step`'s graph, after the work so far
+    /// b.add_child_graph(step)?;       // and another
     /// # Ok(()) }
     /// ```
-    pub fn embed(&self, child: &impl FinishedGraph) -> Result<()>
+    pub fn add_child_graph(&self, child: &impl FinishedGraph) -> Result<()>
     where
         S: IsCapturing,
     {

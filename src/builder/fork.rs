@@ -45,7 +45,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     ///     right.launch_unchecked(k, LaunchConfig::single(), &KernelArgs::new().arg(b))?;
     /// }
     /// builder.join([left, right])?;
-    /// let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
+    /// let graph = builder.end_building()?.instantiate()?;
     /// # Ok(()) }
     /// ```
     pub fn split<const N: usize>(&self) -> Result<[GraphBuilder<Forked<'_>, S>; N]>

@@ -12,7 +12,7 @@ use super::state::sealed::Sealed;
 )]
 pub trait Kind: Sealed {}
 
-/// A top-level builder: its capture becomes a graph of its own, which can be completed into a
+/// A top-level builder: its capture becomes a graph of its own, which can be instantiated into a
 /// `Graph`, printed, embedded in another capture, or used to update an exec.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Primary;
@@ -29,7 +29,7 @@ impl std::fmt::Debug for Forked<'_> {
     }
 }
 
-/// The body of a conditional node (`if_then`, `if_else`, `switch`, `while_loop`): it captures into
+/// The body of a conditional node (`add_if`, `add_if_else`, `add_switch`, `add_while`): it captures into
 /// the node's body graph and borrows the parent until it is dropped, so the parent cannot end its
 /// capture while a body is open.
 pub struct ConditionalBody<'p> {
@@ -62,8 +62,8 @@ impl OwnsCapture for ConditionalBody<'_> {}
 /// Kinds whose ended graph stands alone: only [`Primary`].
 #[diagnostic::on_unimplemented(
     message = "a `{Self}` builder cannot be used as a graph of its own",
-    label = "only an ended `Primary` builder can be completed, embedded or used as an update source",
-    note = "a conditional body or fork becomes part of its parent's graph: complete the parent (the `Primary` builder) instead"
+    label = "only an ended `Primary` builder can be instantiated, added as a child graph or used as an update source",
+    note = "a conditional body or fork becomes part of its parent's graph: instantiate the parent (the `Primary` builder) instead"
 )]
 pub trait StandsAlone: Kind {}
 impl StandsAlone for Primary {}

@@ -49,17 +49,17 @@ use self::core::Core;
 /// 3. **What to record.** While `Capturing`: [`launch`](GraphBuilder::launch) kernels,
 ///    `memset_d8`/`memset_d32`/`memcpy_dtod` buffers, work on [`stream`](GraphBuilder::stream),
 ///    [`split`](GraphBuilder::split) into forks and [`join`](GraphBuilder::join) them,
-///    [`embed`](GraphBuilder::embed) a child graph, add a [`callback`](GraphBuilder::callback),
-///    or branch with conditional nodes ([`if_then`](GraphBuilder::if_then),
-///    [`if_else`](GraphBuilder::if_else), [`switch`](GraphBuilder::switch),
-///    [`while_loop`](GraphBuilder::while_loop)), whose bodies are builders of kind
+///    [`add_child_graph`](GraphBuilder::add_child_graph) a child graph, add a [`add_host_callback`](GraphBuilder::add_host_callback),
+///    or branch with conditional nodes ([`add_if`](GraphBuilder::add_if),
+///    [`add_if_else`](GraphBuilder::add_if_else), [`add_switch`](GraphBuilder::add_switch),
+///    [`add_while`](GraphBuilder::add_while)), whose bodies are builders of kind
 ///    [`ConditionalBody`].
 /// 4. **End.** [`end_building`](GraphBuilder::end_building) gives a `GraphBuilder<Primary, Ended>`.
 ///    It does not compile while a fork or a conditional body still borrows the builder.
-/// 5. **Use the graph.** [`complete`](GraphBuilder::complete) instantiates a
+/// 5. **Use the graph.** [`instantiate`](GraphBuilder::instantiate) instantiates a
 ///    [`Graph`](crate::Graph) (as often as you like);
 ///    [`debug_dot_print`](GraphBuilder::debug_dot_print) writes it as DOT; an ended builder is
-///    also a source for [`Graph::update`](crate::Graph::update) and for `embed`.
+///    also a source for [`Graph::update`](crate::Graph::update) and for `add_child_graph`.
 ///
 /// ```no_run
 /// use cuda_graph::prelude::*;
@@ -74,7 +74,7 @@ use self::core::Core;
 /// // SAFETY: add_one takes one `int*`.
 /// unsafe { builder.launch_unchecked(&add_one, LaunchConfig::single(), &KernelArgs::new().arg(&counter))? };
 /// let builder = builder.end_building()?;                  // Primary, Ended
-/// let graph = builder.complete(&GraphCompleteOptions::default())?;
+/// let graph = builder.instantiate()?;
 /// # Ok(()) }
 /// ```
 ///
@@ -84,7 +84,7 @@ use self::core::Core;
 /// # use cuda_graph::prelude::*;
 /// # fn f(device: &Device) -> cuda_graph::Result<()> {
 /// let builder = device.create_graph_builder()?.begin_building(Global)?;
-/// let graph = builder.complete(&GraphCompleteOptions::default())?; // not Ended yet
+/// let graph = builder.instantiate()?; // not Ended yet
 /// # Ok(()) }
 /// ```
 ///

@@ -46,7 +46,7 @@ impl<M: CaptureMode> Capturing<M> {
     }
 }
 
-/// The state of a builder whose capture has ended: complete it into a `Graph`, print it, embed it,
+/// The state of a builder whose capture has ended: instantiate it into a `Graph`, print it, add it as a child graph,
 /// or use it to update an exec.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Ended;

@@ -106,8 +106,8 @@ impl HostCallback {
     /// # use cuda_graph::prelude::*;
     /// # use cuda_graph::*;
     /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>) -> cuda_graph::Result<()> {
-    /// let cb = b.callback(|| println!("step done"))?;
-    /// // ... complete, launch, synchronize ...
+    /// let cb = b.add_host_callback(|| println!("step done"))?;
+    /// // ... instantiate, launch, synchronize ...
     /// println!("ran {:?} times", cb.calls());
     /// # Ok(()) }
     /// ```

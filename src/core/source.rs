@@ -18,7 +18,7 @@ pub(crate) mod sealed {
 
 /// A finished graph: an ended primary builder (`GraphBuilder<Primary, Ended>`) or a
 /// [`GraphDefinition`](crate::GraphDefinition). It can be embedded as a child graph
-/// ([`GraphBuilder::embed`](crate::GraphBuilder::embed),
+/// ([`GraphBuilder::add_child_graph`](crate::GraphBuilder::add_child_graph),
 /// [`GraphDefinition::add_child_graph`](crate::GraphDefinition::add_child_graph)) and be the
 /// source of an update ([`Graph::update`](crate::Graph::update)). Sealed: only this crate's types
 /// implement it.
@@ -26,13 +26,13 @@ pub(crate) mod sealed {
 /// ```no_run
 /// # use cuda_graph::prelude::*;
 /// fn embed_twice(b: &GraphBuilder<Primary, Capturing<Global>>, step: &impl FinishedGraph) -> cuda_graph::Result<()> {
-///     b.embed(step)?;
-///     b.embed(step)
+///     b.add_child_graph(step)?;
+///     b.add_child_graph(step)
 /// }
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a finished graph",
-    label = "a finished graph is needed here (to embed it, or to update an exec from it)",
+    label = "a finished graph is needed here (to add it as a child graph, or to update an exec from it)",
     note = "pass an ended primary builder (call `end_building()` on it first) or a `GraphDefinition`; forks and conditional bodies are parts of their parent's graph"
 )]
 pub trait FinishedGraph: sealed::Source {}

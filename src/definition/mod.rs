@@ -11,7 +11,7 @@ use crate::core::source::{sealed::Source, FinishedGraph};
 use crate::driver;
 use crate::driver::graph::{GraphHandle, TreeState};
 use crate::error::{Error, Result};
-use crate::graph::{Graph, GraphCompleteOptions, GraphDebugPrintOptions};
+use crate::graph::{Graph, GraphDebugPrintOptions, InstantiateOptions};
 use crate::runtime::{Device, ReleaseObserver};
 use crate::ConditionalHandle;
 
@@ -89,7 +89,7 @@ pub use typed::{
 ///     def.add_kernel_unchecked(&[&plus_one], &affine, LaunchConfig::single(), &KernelArgs::new().arg(&value).arg(10i32).arg(0i32))?
 /// };
 /// assert_eq!(def.nodes()?.len(), 3);
-/// let graph = def.instantiate(&GraphCompleteOptions::default())?;
+/// let graph = def.instantiate()?;
 /// let stream = device.create_stream()?;
 /// graph.launch(&stream)?;
 /// stream.synchronize()?;
@@ -254,11 +254,24 @@ impl GraphDefinition {
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # fn f(def: &GraphDefinition, stream: &Stream) -> cuda_graph::Result<()> {
-    /// let graph = def.instantiate(&GraphCompleteOptions::default())?;
+    /// let graph = def.instantiate()?;
     /// graph.launch(stream)?;
     /// # Ok(()) }
     /// ```
-    pub fn instantiate(&self, options: &GraphCompleteOptions) -> Result<Graph> {
+    pub fn instantiate(&self) -> Result<Graph> {
+        Graph::instantiate(self.finished_graph()?, &InstantiateOptions::default())
+    }
+
+    /// Instantiates the graph with `options` (uploads, auto-free, device launch, node
+    /// priorities).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// let graph = def.instantiate_with(&InstantiateOptions::new().auto_free_on_launch(true))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn instantiate_with(&self, options: &InstantiateOptions) -> Result<Graph> {
         Graph::instantiate(self.finished_graph()?, options)
     }
 

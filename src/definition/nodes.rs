@@ -275,7 +275,7 @@ impl MemAllocOptions {
 /// **With no free node**, the memory stays allocated after a launch (a kernel of a later launch
 /// may read it), and the rules are:
 /// - a second launch of the exec fails while the memory is still allocated, unless the exec was
-///   made with [`auto_free_on_launch`](crate::GraphCompleteOptions::auto_free_on_launch), which
+///   made with [`auto_free_on_launch`](crate::InstantiateOptions::auto_free_on_launch), which
 ///   frees it at the start of each launch;
 /// - the [`Graph`](crate::Graph) exec frees whatever is still allocated when it is dropped,
 ///   after its last launch has finished, and trims the device's graph memory pool (so nothing
@@ -739,7 +739,7 @@ impl GraphDefinition {
     /// Adds a host node that runs `f` on a driver thread once per launch (`cuGraphAddHostNode`),
     /// and returns it with an observer of the closure.
     ///
-    /// As with [`GraphBuilder::callback`](crate::GraphBuilder::callback): `f` is kept alive with
+    /// As with [`GraphBuilder::add_host_callback`](crate::GraphBuilder::add_host_callback): `f` is kept alive with
     /// the graph and its execs, must not call CUDA, and a panic in it is caught (the closure is
     /// then not called again; [`HostCallback::panic_message`] reports it). Conditional bodies
     /// cannot hold host nodes: the driver refuses them there.

@@ -590,10 +590,10 @@ impl GraphDefinition {
     /// let def = GraphDefinition::new(device)?;
     /// // SAFETY: affine takes (int*, int, int).
     /// let k = unsafe { def.add_kernel_unchecked(&[], affine, LaunchConfig::single(), &KernelArgs::new().arg(value).arg(1i32).arg(1i32))? };
-    /// let before = def.instantiate(&GraphCompleteOptions::default())?; // adds 1
+    /// let before = def.instantiate()?; // adds 1
     /// // SAFETY: as above.
     /// def.set_params(&k, unsafe { NodeParams::kernel_unchecked(affine, LaunchConfig::single(), KernelArgs::new().arg(value).arg(1i32).arg(2i32)) })?;
-    /// let after = def.instantiate(&GraphCompleteOptions::default())?; // adds 2
+    /// let after = def.instantiate()?; // adds 2
     /// # Ok(()) }
     /// ```
     pub fn set_params<K: NodeKind>(

@@ -1,7 +1,7 @@
 //! [`GraphCache`]: one exec, updated in place from each new graph when the driver allows it and
 //! instantiated again when it does not.
 
-use super::{Graph, GraphCompleteOptions};
+use super::{Graph, InstantiateOptions};
 use crate::core::source::FinishedGraph;
 use crate::error::{Error, Result};
 use crate::runtime::Stream;
@@ -29,7 +29,7 @@ pub enum CacheOutcome {
 /// # use cuda_graph::prelude::*;
 /// # fn f(device: &Device, add_one: &Function, bufs: &[DeviceBuffer<i32>]) -> cuda_graph::Result<()> {
 /// let stream = device.create_stream()?;
-/// let mut cache = GraphCache::new(GraphCompleteOptions::default());
+/// let mut cache = GraphCache::new(InstantiateOptions::default());
 /// for buf in bufs {
 ///     let builder = device.create_graph_builder()?.begin_building(Global)?;
 ///     // SAFETY: add_one takes one int*.
@@ -43,7 +43,7 @@ pub enum CacheOutcome {
 /// ```
 #[derive(Debug)]
 pub struct GraphCache {
-    options: GraphCompleteOptions,
+    options: InstantiateOptions,
     graph: Option<Graph>,
     updates: u64,
     instantiations: u64,
@@ -54,10 +54,10 @@ impl GraphCache {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// let cache = GraphCache::new(GraphCompleteOptions::default());
+    /// let cache = GraphCache::new(InstantiateOptions::default());
     /// assert!(cache.graph().is_none());
     /// ```
-    pub fn new(options: GraphCompleteOptions) -> GraphCache {
+    pub fn new(options: InstantiateOptions) -> GraphCache {
         GraphCache {
             options,
             graph: None,

@@ -20,35 +20,35 @@ pub(crate) use debug::dot_print;
 pub use debug::{DotDetail, GraphDebugPrintOptions};
 
 /// Options for instantiating a graph (`CUgraphInstantiate_flags`). All off by default: start
-/// from [`GraphCompleteOptions::new`] (or `default()`) and turn on what you need, so that a flag
+/// from [`InstantiateOptions::new`] (or `default()`) and turn on what you need, so that a flag
 /// a newer CUDA adds is a new setter, not a breaking change.
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
 /// # fn f(ended: &GraphBuilder<Primary, Ended>, stream: &Stream) -> cuda_graph::Result<()> {
-/// let options = GraphCompleteOptions::new()
+/// let options = InstantiateOptions::new()
 ///     .auto_free_on_launch(true)
 ///     .upload_on(stream);
-/// let graph = ended.complete(&options)?;
+/// let graph = ended.instantiate_with(&options)?;
 /// assert!(options.is_auto_free_on_launch());
 /// # let _ = graph;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default)]
-pub struct GraphCompleteOptions {
+pub struct InstantiateOptions {
     auto_free_on_launch: bool,
     upload_stream: Option<Stream>,
     device_launch: bool,
     use_node_priority: bool,
 }
 
-impl GraphCompleteOptions {
+impl InstantiateOptions {
     /// Every option off (the same as `default()`).
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # fn f(ended: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
-    /// let graph = ended.complete(&GraphCompleteOptions::new())?;
+    /// let graph = ended.instantiate_with(&InstantiateOptions::new())?;
     /// # let _ = graph;
     /// # Ok(()) }
     /// ```
@@ -61,7 +61,7 @@ impl GraphCompleteOptions {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// let options = GraphCompleteOptions::new().auto_free_on_launch(true);
+    /// let options = InstantiateOptions::new().auto_free_on_launch(true);
     /// ```
     #[must_use = "the setter returns the changed options"]
     pub fn auto_free_on_launch(mut self, on: bool) -> Self {
@@ -75,7 +75,7 @@ impl GraphCompleteOptions {
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # fn f(stream: &Stream) {
-    /// let options = GraphCompleteOptions::new().upload_on(stream);
+    /// let options = InstantiateOptions::new().upload_on(stream);
     /// # }
     /// ```
     #[must_use = "the setter returns the changed options"]
@@ -89,7 +89,7 @@ impl GraphCompleteOptions {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// let options = GraphCompleteOptions::new().device_launch(true);
+    /// let options = InstantiateOptions::new().device_launch(true);
     /// ```
     #[must_use = "the setter returns the changed options"]
     pub fn device_launch(mut self, on: bool) -> Self {
@@ -102,7 +102,7 @@ impl GraphCompleteOptions {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// let options = GraphCompleteOptions::new().use_node_priority(true);
+    /// let options = InstantiateOptions::new().use_node_priority(true);
     /// ```
     #[must_use = "the setter returns the changed options"]
     pub fn use_node_priority(mut self, on: bool) -> Self {
@@ -114,7 +114,7 @@ impl GraphCompleteOptions {
     ///
     /// ```
     /// # use cuda_graph::prelude::*;
-    /// assert!(!GraphCompleteOptions::new().is_auto_free_on_launch());
+    /// assert!(!InstantiateOptions::new().is_auto_free_on_launch());
     /// ```
     pub fn is_auto_free_on_launch(&self) -> bool {
         self.auto_free_on_launch
@@ -124,7 +124,7 @@ impl GraphCompleteOptions {
     ///
     /// ```
     /// # use cuda_graph::prelude::*;
-    /// assert!(GraphCompleteOptions::new().upload_stream().is_none());
+    /// assert!(InstantiateOptions::new().upload_stream().is_none());
     /// ```
     pub fn upload_stream(&self) -> Option<&Stream> {
         self.upload_stream.as_ref()
@@ -134,7 +134,7 @@ impl GraphCompleteOptions {
     ///
     /// ```
     /// # use cuda_graph::prelude::*;
-    /// assert!(GraphCompleteOptions::new().device_launch(true).is_device_launch());
+    /// assert!(InstantiateOptions::new().device_launch(true).is_device_launch());
     /// ```
     pub fn is_device_launch(&self) -> bool {
         self.device_launch
@@ -144,14 +144,14 @@ impl GraphCompleteOptions {
     ///
     /// ```
     /// # use cuda_graph::prelude::*;
-    /// assert!(!GraphCompleteOptions::new().is_use_node_priority());
+    /// assert!(!InstantiateOptions::new().is_use_node_priority());
     /// ```
     pub fn is_use_node_priority(&self) -> bool {
         self.use_node_priority
     }
 }
 
-impl GraphCompleteOptions {
+impl InstantiateOptions {
     fn flags(&self) -> u64 {
         type F = sys::CUgraphInstantiate_flags_enum;
         [
@@ -180,7 +180,7 @@ impl GraphCompleteOptions {
 
 /// An executable graph (`CUgraphExec`): launch it as often as you like.
 ///
-/// Made by [`GraphBuilder::complete`](crate::GraphBuilder::complete) or
+/// Made by [`GraphBuilder::instantiate`](crate::GraphBuilder::instantiate) or
 /// [`GraphDefinition::instantiate`](crate::GraphDefinition::instantiate). It holds everything its
 /// nodes use (a snapshot of its graph's keep set), so it runs after the builder and every buffer
 /// handle are dropped. Dropping it never waits: the exec, the graph it was instantiated from and
@@ -415,7 +415,7 @@ impl Graph {
     /// `cuGraphInstantiateWithParams`, with `result_out` checked before the exec is wrapped.
     pub(crate) fn instantiate(
         graph: &Arc<GraphHandle>,
-        options: &GraphCompleteOptions,
+        options: &InstantiateOptions,
     ) -> Result<Graph> {
         driver::require("cuGraphInstantiateWithParams", DriverVersion::V12_0)?;
         graph.ctx.bind()?;
@@ -484,7 +484,7 @@ impl Graph {
     ///
     /// Launches of one `Graph` are serialised (CUDA does not synchronise an exec); they run on
     /// the GPU in launch order. Launching into a stream that is capturing is refused: embed the
-    /// graph into the capture instead ([`GraphBuilder::embed`](crate::GraphBuilder::embed)).
+    /// graph into the capture instead ([`GraphBuilder::add_child_graph`](crate::GraphBuilder::add_child_graph)).
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -534,7 +534,7 @@ impl Graph {
 
     /// A handle that device code can launch this exec with (`cudaGraphLaunch` in a kernel, device
     /// graph launch): pass it to the kernel as its `cudaGraphExec_t` argument. The exec must be
-    /// instantiated with [`GraphCompleteOptions::device_launch`]; the first call uploads it
+    /// instantiated with [`InstantiateOptions::device_launch`]; the first call uploads it
     /// (`cuGraphUpload`, waited for), as device launch requires.
     ///
     /// CUDA's rules for what device code may do stay the caller's, since launching the kernel is
@@ -550,8 +550,8 @@ impl Graph {
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # fn f(inner: &GraphDefinition, outer: &GraphDefinition, launcher: &Function) -> cuda_graph::Result<()> {
-    /// let options = GraphCompleteOptions::new().device_launch(true);
-    /// let child = inner.instantiate(&options)?;
+    /// let options = InstantiateOptions::new().device_launch(true);
+    /// let child = inner.instantiate_with(&options)?;
     /// let args = KernelArgs::new().arg(child.device_handle()?);
     /// // SAFETY: `launcher(cudaGraphExec_t g)` calls cudaGraphLaunch(g, cudaStreamGraphFireAndForget).
     /// unsafe { outer.add_kernel_unchecked(&[], launcher, LaunchConfig::single(), &args)? };
@@ -561,7 +561,7 @@ impl Graph {
         let mut state = lock(&self.state);
         if !state.device_launch {
             return Err(Error::InvalidArgument(
-                "this exec was not instantiated for device launch: instantiate it with GraphCompleteOptions::new().device_launch(true)".into(),
+                "this exec was not instantiated for device launch: instantiate it with InstantiateOptions::new().device_launch(true)".into(),
             ));
         }
         let keep = match &state.device_keep {
@@ -704,7 +704,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn launch_in_capture(what: &str) -> Error {
     Error::InvalidArgument(format!(
-        "an executable graph cannot be {what} into a stream capture: embed the graph into the capture instead (`builder.embed(&ended_builder)` or a definition's `add_child_graph`)"
+        "an executable graph cannot be {what} into a stream capture: embed the graph into the capture instead (`builder.add_child_graph(&ended_builder)` or a definition's `add_child_graph`)"
     ))
 }
 
@@ -872,7 +872,7 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 
 static_assertions::assert_impl_all!(Graph: Send, Sync, std::fmt::Debug);
 static_assertions::assert_impl_all!(DeviceGraph: Send, Sync, Clone, std::fmt::Debug);
-static_assertions::assert_impl_all!(GraphCompleteOptions: Send, Sync, Default, Clone);
+static_assertions::assert_impl_all!(InstantiateOptions: Send, Sync, Default, Clone);
 
 pub(crate) fn path_cstring(path: &Path) -> Result<CString> {
     let s = path.to_str().ok_or_else(|| Error::Io {

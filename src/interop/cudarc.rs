@@ -67,7 +67,7 @@
 //!     let stream = unsafe { Stream::from_cudarc(&device, &ctx.new_stream()?)? };
 //!     let builder = stream.create_graph_builder().begin_building(ThreadLocal)?;
 //!     builder.memset_d32(&buf, 7)?;
-//!     let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
+//!     let graph = builder.end_building()?.instantiate()?;
 //!     drop((buf, data)); // the graph holds the slice
 //!     graph.launch(&stream)?;
 //!     stream.synchronize()?;

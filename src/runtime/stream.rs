@@ -272,7 +272,7 @@ impl Stream {
     }
 
     /// [`enqueue`](Self::enqueue), also locking `other`'s tree (in the fixed order of
-    /// [`lock_two`]) when the stream captures: for work that reads another graph (`embed`).
+    /// [`lock_two`]) when the stream captures: for work that reads another graph (`add_child_graph`).
     pub(crate) fn enqueue_with<R>(
         &self,
         other: Option<&GraphHandle>,

@@ -123,9 +123,7 @@ fn straight_capture_of_three_kernels(gpu: &Gpu) -> TestResult {
         unsafe { b.launch_unchecked(&affine, one(), &args![&buf, m, c])? };
     }
     // Nothing ran yet: capture only records.
-    let graph = b
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let graph = b.end_building()?.instantiate()?;
     assert_eq!(buf.to_vec()?, [0]);
     let s = gpu.stream();
     graph.launch(&s)?;
@@ -137,7 +135,7 @@ fn straight_capture_of_three_kernels(gpu: &Gpu) -> TestResult {
 
 fn add_one_captured_once_launched_three_times(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
-    let graph = capture_add_one(gpu, &buf)?.complete(&GraphCompleteOptions::default())?;
+    let graph = capture_add_one(gpu, &buf)?.instantiate()?;
     let s = gpu.stream();
     for _ in 0..3 {
         graph.launch(&s)?;
@@ -150,8 +148,8 @@ fn add_one_captured_once_launched_three_times(gpu: &Gpu) -> TestResult {
 fn one_ended_builder_completes_several_times(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let ended = capture_add_one(gpu, &buf)?;
-    let g1 = ended.complete(&GraphCompleteOptions::default())?;
-    let g2 = ended.complete(&GraphCompleteOptions::default())?;
+    let g1 = ended.instantiate()?;
+    let g2 = ended.instantiate()?;
     let s = gpu.stream();
     g1.launch(&s)?;
     g2.launch(&s)?;
@@ -171,9 +169,7 @@ fn stream_builder_captures_on_that_stream(gpu: &Gpu) -> TestResult {
     // SAFETY: add_one(int*).
     unsafe { s.launch_unchecked(&add_one, one(), &args![&buf])? };
     unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
-    let g = b
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let g = b.end_building()?.instantiate()?;
     assert!(!s.is_capturing()?);
     g.launch(&s)?;
     s.synchronize()?;
@@ -194,9 +190,7 @@ fn captured_memset_and_memcpy(gpu: &Gpu) -> TestResult {
         Err(Error::InvalidArgument(_))
     ));
     builder.capture_status()?;
-    let g = builder
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let g = builder.end_building()?.instantiate()?;
     let s = gpu.stream();
     g.launch(&s)?;
     s.synchronize()?;
@@ -218,7 +212,7 @@ fn update_with_new_kernel_arguments(gpu: &Gpu) -> TestResult {
         unsafe { bld.launch_unchecked(&affine, one(), &args![buf, m, c])? };
         bld.end_building()
     };
-    let mut graph = capture(&a, 1, 10)?.complete(&GraphCompleteOptions::default())?;
+    let mut graph = capture(&a, 1, 10)?.instantiate()?;
     let s = gpu.stream();
     graph.launch(&s)?;
     s.synchronize()?;
@@ -237,7 +231,7 @@ fn update_with_new_kernel_arguments(gpu: &Gpu) -> TestResult {
 fn update_with_changed_topology_fails_and_old_exec_works(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
     let a = gpu.device.alloc_zeroed::<i32>(1)?;
-    let mut graph = capture_add_one(gpu, &a)?.complete(&GraphCompleteOptions::default())?;
+    let mut graph = capture_add_one(gpu, &a)?.instantiate()?;
     let other = gpu.device.alloc_zeroed::<i32>(1)?;
     let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
@@ -281,22 +275,16 @@ fn all_three_capture_modes(gpu: &Gpu) -> TestResult {
     // SAFETY (all three): add_one(int*).
     let g = gpu.device.create_graph_builder()?.begin_building(Global)?;
     unsafe { g.launch_unchecked(&add_one, one(), &args![&buf])? };
-    g.end_building()?
-        .complete(&Default::default())?
-        .launch(&s)?;
+    g.end_building()?.instantiate()?.launch(&s)?;
     let t = gpu
         .device
         .create_graph_builder()?
         .begin_building(ThreadLocal)?;
     unsafe { t.launch_unchecked(&add_one, one(), &args![&buf])? };
-    t.end_building()?
-        .complete(&Default::default())?
-        .launch(&s)?;
+    t.end_building()?.instantiate()?.launch(&s)?;
     let r = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
     unsafe { r.launch_unchecked(&add_one, one(), &args![&buf])? };
-    r.end_building()?
-        .complete(&Default::default())?
-        .launch(&s)?;
+    r.end_building()?.instantiate()?.launch(&s)?;
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [3]);
     Ok(())
@@ -307,13 +295,15 @@ fn each_complete_option(gpu: &Gpu) -> TestResult {
     let ended = capture_add_one(gpu, &buf)?;
     let s = gpu.stream();
     let options = [
-        GraphCompleteOptions::new().auto_free_on_launch(true),
-        GraphCompleteOptions::new().upload_on(&gpu.stream()),
-        GraphCompleteOptions::new().device_launch(true),
-        GraphCompleteOptions::new().use_node_priority(true),
+        InstantiateOptions::new().auto_free_on_launch(true),
+        InstantiateOptions::new().upload_on(&gpu.stream()),
+        InstantiateOptions::new().device_launch(true),
+        InstantiateOptions::new().use_node_priority(true),
     ];
     for (i, o) in options.iter().enumerate() {
-        let g = ended.complete(o).map_err(|e| format!("option {i}: {e}"))?;
+        let g = ended
+            .instantiate_with(o)
+            .map_err(|e| format!("option {i}: {e}"))?;
         if let Some(up) = o.upload_stream() {
             up.synchronize()?;
         }
@@ -329,7 +319,7 @@ fn each_complete_option(gpu: &Gpu) -> TestResult {
 
 fn upload_then_launch(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
-    let g = capture_add_one(gpu, &buf)?.complete(&Default::default())?;
+    let g = capture_add_one(gpu, &buf)?.instantiate()?;
     let s = gpu.stream();
     g.upload(&s)?;
     g.launch(&s)?;
@@ -439,7 +429,7 @@ fn invalidated_capture_is_an_error_and_stream_recovers(gpu: &Gpu) -> TestResult 
     }
     stream_works(gpu, &s)?;
     // A new capture on the same stream works.
-    let g = capture_add_one(gpu, &buf)?.complete(&Default::default())?;
+    let g = capture_add_one(gpu, &buf)?.instantiate()?;
     g.launch(&s)?;
     s.synchronize()?;
     assert_eq!(buf.to_vec()?[0], 1);
@@ -460,7 +450,7 @@ fn refused_begin_leaves_other_capture_alone(gpu: &Gpu) -> TestResult {
     first.capture_status()?;
     // SAFETY: add_one(int*).
     unsafe { first.launch_unchecked(&add_one, one(), &args![&buf])? };
-    let g = first.end_building()?.complete(&Default::default())?;
+    let g = first.end_building()?.instantiate()?;
     g.launch(&s)?;
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [1]);
@@ -481,7 +471,7 @@ fn relaxed_capture_ends_on_another_thread(gpu: &Gpu) -> TestResult {
     .join()
     .map_err(|_| "the capture thread panicked")??;
     let (ended, buf) = ended;
-    let g = ended.complete(&Default::default())?;
+    let g = ended.instantiate()?;
     let s = gpu.stream();
     g.launch(&s)?;
     s.synchronize()?;
@@ -498,7 +488,7 @@ fn graph_outlives_builder_and_buffer_handles(gpu: &Gpu) -> TestResult {
         // SAFETY: add_one(int*).
         unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
         b.memcpy_dtod(&witness, &buf)?;
-        b.end_building()?.complete(&Default::default())?
+        b.end_building()?.instantiate()?
     };
     assert!(buf.share_count() >= 2, "the graph holds the buffer");
     drop(buf);
@@ -519,8 +509,8 @@ fn releases_do_not_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
         let doomed = gpu.device.alloc_zeroed::<i32>(1 << 20)?;
         let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
         b.memset_d32(&doomed, 1)?;
-        let probe = b.callback(|| {})?;
-        (b.end_building()?.complete(&Default::default())?, probe)
+        let probe = b.add_host_callback(|| {})?;
+        (b.end_building()?.instantiate()?, probe)
     };
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
@@ -529,7 +519,7 @@ fn releases_do_not_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let released_mid_capture = probe.is_released();
     p.capture_status()?;
-    let g = p.end_building()?.complete(&Default::default())?;
+    let g = p.end_building()?.instantiate()?;
     assert!(
         crate::support::eventually(|| probe.is_released()),
         "released after the capture at the latest"

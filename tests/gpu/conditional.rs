@@ -94,11 +94,11 @@ fn if_graph(gpu: &Gpu, buf: &DeviceBuffer<i32>, value: u32) -> cuda_graph::Resul
     // SAFETY: set_condition(handle, unsigned), add_one(int*).
     unsafe { p.launch_unchecked(&set, one(), &args![h, value])? };
     {
-        let body = p.if_then(&h)?.begin_building(Global)?;
+        let body = p.add_if(&h)?.begin_building(Global)?;
         unsafe { body.launch_unchecked(&add_one, one(), &args![buf])? };
         body.end_building()?;
     }
-    p.end_building()?.complete(&Default::default())
+    p.end_building()?.instantiate()
 }
 
 fn if_true_and_false(gpu: &Gpu) -> TestResult {
@@ -117,12 +117,12 @@ fn if_with_default_value(gpu: &Gpu) -> TestResult {
         let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
         let h = p.create_conditional_handle(Some(default))?;
         {
-            let body = p.if_then(&h)?.begin_building(Global)?;
+            let body = p.add_if(&h)?.begin_building(Global)?;
             // SAFETY: add_one(int*).
             unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
             body.end_building()?;
         }
-        let g = p.end_building()?.complete(&Default::default())?;
+        let g = p.end_building()?.instantiate()?;
         launch(gpu, &g)?;
         launch(gpu, &g)?;
         assert_eq!(buf.to_vec()?, [expect], "default {default}, two launches");
@@ -139,7 +139,7 @@ fn if_else_both_ways(gpu: &Gpu) -> TestResult {
         // SAFETY: set_condition(handle, unsigned), add_one_at(int*, int) with i < 2.
         unsafe { p.launch_unchecked(&set, one(), &args![h, value])? };
         {
-            let (then_b, else_b) = p.if_else(&h)?;
+            let (then_b, else_b) = p.add_if_else(&h)?;
             let t = then_b.begin_building(Global)?;
             unsafe { t.launch_unchecked(&add_one_at, one(), &args![&buf, 0i32])? };
             t.end_building()?;
@@ -147,7 +147,7 @@ fn if_else_both_ways(gpu: &Gpu) -> TestResult {
             unsafe { e.launch_unchecked(&add_one_at, one(), &args![&buf, 1i32])? };
             e.end_building()?;
         }
-        launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
+        launch(gpu, &p.end_building()?.instantiate()?)?;
         assert_eq!(buf.to_vec()?, expect, "condition {value}");
     }
     Ok(())
@@ -167,12 +167,12 @@ fn switch_0_1_2_and_out_of_range(gpu: &Gpu) -> TestResult {
         let h = p.create_conditional_handle(None)?;
         // SAFETY: set_condition(handle, unsigned), add_one_at(int*, int) with i < 3.
         unsafe { p.launch_unchecked(&set, one(), &args![h, value])? };
-        for (i, body) in p.switch(&h, 3)?.into_iter().enumerate() {
+        for (i, body) in p.add_switch(&h, 3)?.into_iter().enumerate() {
             let b = body.begin_building(Global)?;
             unsafe { b.launch_unchecked(&add_one_at, one(), &args![&buf, i as i32])? };
             b.end_building()?;
         }
-        launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
+        launch(gpu, &p.end_building()?.instantiate()?)?;
         assert_eq!(buf.to_vec()?, expect, "switch value {value}");
     }
     Ok(())
@@ -186,12 +186,12 @@ fn while_countdown_runs_k_times(gpu: &Gpu) -> TestResult {
         let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
         let h = p.create_conditional_handle(Some(1))?;
         {
-            let body = p.while_loop(&h)?.begin_building(Global)?;
+            let body = p.add_while(&h)?.begin_building(Global)?;
             // SAFETY: countdown(handle, int*, int*).
             unsafe { body.launch_unchecked(&countdown, one(), &args![h, &counter, &iterations])? };
             body.end_building()?;
         }
-        launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
+        launch(gpu, &p.end_building()?.instantiate()?)?;
         assert_eq!(iterations.to_vec()?, [k], "k = {k}");
         assert_eq!(counter.to_vec()?, [0]);
     }
@@ -205,12 +205,12 @@ fn while_with_false_default_runs_zero_times(gpu: &Gpu) -> TestResult {
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(Some(0))?;
     {
-        let body = p.while_loop(&h)?.begin_building(Global)?;
+        let body = p.add_while(&h)?.begin_building(Global)?;
         // SAFETY: countdown(handle, int*, int*).
         unsafe { body.launch_unchecked(&countdown, one(), &args![h, &counter, &iterations])? };
         body.end_building()?;
     }
-    launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
+    launch(gpu, &p.end_building()?.instantiate()?)?;
     assert_eq!((iterations.to_vec()?[0], counter.to_vec()?[0]), (0, 10));
     Ok(())
 }
@@ -228,12 +228,12 @@ fn conditional_on_a_forked_builder(gpu: &Gpu) -> TestResult {
         b.launch_unchecked(&set, one(), &args![h_no, 0u32])?;
     }
     for (fork, h, i) in [(&a, h_yes, 0i32), (&b, h_no, 1i32)] {
-        let body = fork.if_then(&h)?.begin_building(Global)?;
+        let body = fork.add_if(&h)?.begin_building(Global)?;
         unsafe { body.launch_unchecked(&add_one_at, one(), &args![&buf, i])? };
         body.end_building()?;
     }
     p.join([a, b])?;
-    launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
+    launch(gpu, &p.end_building()?.instantiate()?)?;
     assert_eq!(buf.to_vec()?, [1, 0]);
     Ok(())
 }
@@ -247,18 +247,18 @@ fn if_nested_in_an_if(gpu: &Gpu) -> TestResult {
         // SAFETY: set_condition(handle, unsigned), add_one_at(int*, int) with i < 2.
         unsafe { p.launch_unchecked(&set, one(), &args![h, outer])? };
         {
-            let body = p.if_then(&h)?.begin_building(Global)?;
+            let body = p.add_if(&h)?.begin_building(Global)?;
             unsafe { body.launch_unchecked(&add_one_at, one(), &args![&buf, 0i32])? };
             let h2 = body.create_conditional_handle(None)?;
             unsafe { body.launch_unchecked(&set, one(), &args![h2, inner])? };
             {
-                let nested = body.if_then(&h2)?.begin_building(Global)?;
+                let nested = body.add_if(&h2)?.begin_building(Global)?;
                 unsafe { nested.launch_unchecked(&add_one_at, one(), &args![&buf, 1i32])? };
                 nested.end_building()?;
             }
             body.end_building()?;
         }
-        launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
+        launch(gpu, &p.end_building()?.instantiate()?)?;
         assert_eq!(buf.to_vec()?, expect, "outer {outer}, inner {inner}");
     }
     Ok(())
@@ -270,7 +270,7 @@ fn body_forks_and_joins_inside(gpu: &Gpu) -> TestResult {
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(Some(1))?;
     {
-        let body = p.if_then(&h)?.begin_building(Global)?;
+        let body = p.add_if(&h)?.begin_building(Global)?;
         let [x, y] = body.split::<2>()?;
         // SAFETY: add_one_at(int*, int) with i < 3.
         unsafe {
@@ -281,7 +281,7 @@ fn body_forks_and_joins_inside(gpu: &Gpu) -> TestResult {
         unsafe { body.launch_unchecked(&add_one_at, one(), &args![&buf, 2i32])? };
         body.end_building()?;
     }
-    launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
+    launch(gpu, &p.end_building()?.instantiate()?)?;
     assert_eq!(buf.to_vec()?, [1, 1, 1]);
     Ok(())
 }
@@ -291,12 +291,12 @@ fn empty_body_is_valid(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(Some(1))?;
-    drop(p.if_then(&h)?); // never started
+    drop(p.add_if(&h)?); // never started
     let h2 = p.create_conditional_handle(Some(1))?;
-    p.if_then(&h2)?.begin_building(Global)?.end_building()?; // started, nothing recorded
-                                                             // SAFETY: add_one(int*).
+    p.add_if(&h2)?.begin_building(Global)?.end_building()?; // started, nothing recorded
+                                                            // SAFETY: add_one(int*).
     unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
-    launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
+    launch(gpu, &p.end_building()?.instantiate()?)?;
     assert_eq!(buf.to_vec()?, [1]);
     Ok(())
 }
@@ -308,14 +308,14 @@ fn later_parent_work_runs_after_the_conditional(gpu: &Gpu) -> TestResult {
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(Some(1))?;
     {
-        let body = p.while_loop(&h)?.begin_building(Global)?;
+        let body = p.add_while(&h)?.begin_building(Global)?;
         // SAFETY: countdown(handle, int*, int*), affine(int*, int, int).
         unsafe { body.launch_unchecked(&countdown, one(), &args![h, &counter, &iterations])? };
         body.end_building()?;
     }
     // Doubles the iteration count: only right if it runs after the loop.
     unsafe { p.launch_unchecked(&affine, one(), &args![&iterations, 10i32, 1i32])? };
-    launch(gpu, &p.end_building()?.complete(&Default::default())?)?;
+    launch(gpu, &p.end_building()?.instantiate()?)?;
     assert_eq!(iterations.to_vec()?, [41]);
     Ok(())
 }
@@ -373,7 +373,7 @@ fn heat_diffusion_loop_converges_on_device(gpu: &Gpu) -> TestResult {
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(Some(1))?;
     {
-        let body = p.while_loop(&h)?.begin_building(Global)?;
+        let body = p.add_while(&h)?.begin_building(Global)?;
         // SAFETY: heat_step(const float*, float*, int, float); max_abs_diff(const float*,
         // const float*, int, unsigned*); copy_f32(const float*, float*, int);
         // converged_check(handle, unsigned*, float, int*, int). All buffers hold N floats.
@@ -385,7 +385,7 @@ fn heat_diffusion_loop_converges_on_device(gpu: &Gpu) -> TestResult {
         }
         body.end_building()?;
     }
-    let g = p.end_building()?.complete(&Default::default())?;
+    let g = p.end_building()?.instantiate()?;
     launch(gpu, &g)?;
     let gpu_iters = iters.to_vec()?[0];
     let result = u.to_vec()?;
@@ -409,18 +409,18 @@ fn foreign_handle_is_an_error(gpu: &Gpu) -> TestResult {
     let p2 = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h1 = p1.create_conditional_handle(Some(0))?;
     assert!(matches!(
-        p2.if_then(&h1),
+        p2.add_if(&h1),
         Err(Error::ForeignConditionalHandle)
     ));
     // A handle drives one conditional node: a second (here in the body) is refused at once.
-    let body = p1.if_then(&h1)?.begin_building(Global)?;
-    match body.while_loop(&h1) {
+    let body = p1.add_if(&h1)?.begin_building(Global)?;
+    match body.add_while(&h1) {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("already drives"), "{m}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
     body.end_building()?;
     drop(p2);
-    let _ = p1.end_building()?.complete(&Default::default())?;
+    let _ = p1.end_building()?.instantiate()?;
     Ok(())
 }
 
@@ -431,7 +431,7 @@ fn unused_handle_is_refused_at_instantiation(gpu: &Gpu) -> TestResult {
     let _unused = p.create_conditional_handle(Some(1))?;
     // SAFETY: add_one(int*).
     unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
-    match p.end_building()?.complete(&Default::default()) {
+    match p.end_building()?.instantiate() {
         Err(e @ Error::Instantiate { .. }) => {
             println!("{e}");
             assert!(
@@ -453,8 +453,11 @@ fn unused_handle_is_refused_at_instantiation(gpu: &Gpu) -> TestResult {
 fn switch_with_zero_branches_is_an_error(gpu: &Gpu) -> TestResult {
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(Some(0))?;
-    assert!(matches!(p.switch(&h, 0), Err(Error::InvalidArgument(_))));
-    let _ = p.switch(&h, 1)?;
+    assert!(matches!(
+        p.add_switch(&h, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    let _ = p.add_switch(&h, 1)?;
     Ok(())
 }
 
@@ -463,8 +466,8 @@ fn switch_with_zero_branches_is_an_error(gpu: &Gpu) -> TestResult {
 fn callback_in_a_body_is_refused_or_runs(gpu: &Gpu) -> TestResult {
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(Some(1))?;
-    let body = p.if_then(&h)?.begin_building(Global)?;
-    let cb = match body.callback(|| {}) {
+    let body = p.add_if(&h)?.begin_building(Global)?;
+    let cb = match body.add_host_callback(|| {}) {
         Ok(cb) => cb,
         Err(e) => {
             println!("callback in a body refused at capture: {e}");
@@ -475,10 +478,7 @@ fn callback_in_a_body_is_refused_or_runs(gpu: &Gpu) -> TestResult {
         println!("callback in a body refused at end: {e}");
         return Ok(());
     }
-    let g = match p
-        .end_building()
-        .and_then(|e| e.complete(&Default::default()))
-    {
+    let g = match p.end_building().and_then(|e| e.instantiate()) {
         Ok(g) => g,
         Err(e) => {
             println!("callback in a body refused at instantiation: {e}");

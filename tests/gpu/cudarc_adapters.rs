@@ -70,7 +70,7 @@ fn capture_on_a_cudarc_stream_holds_its_slices_and_kernel(gpu: &Gpu) -> TestResu
         b.launch_unchecked(&k, one(), &args![&tail, 1i32])?;
     }
     b.memcpy_dtod(&crate_buf, &tail)?;
-    let graph = b.end_building()?.complete(&Default::default())?;
+    let graph = b.end_building()?.instantiate()?;
     let reader = whole.clone();
     drop((whole, tail, k, stream));
     assert!(

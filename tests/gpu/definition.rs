@@ -241,7 +241,7 @@ fn kernel_node_runs(gpu: &Gpu) -> TestResult {
     // affine(int*, int, int)
     let n = k(&def, &[], &gpu.f("affine"), one(), args![&buf, 1i32, 5i32])?;
     assert_eq!(def.node_type(&n)?, NodeType::Kernel);
-    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let g = def.instantiate()?;
     launch(gpu, &g)?;
     launch(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [10]);
@@ -331,7 +331,7 @@ fn event_record_node_records_after_its_dependencies(gpu: &Gpu) -> TestResult {
     let f = k(&def, &[&s], &gpu.f("fill"), one(), args![&buf, 1i32, 7i32])?;
     let r = def.add_event_record(&[&f], &event)?;
     assert_eq!(def.node_type(&r)?, NodeType::EventRecord);
-    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let g = def.instantiate()?;
     let (s1, s2) = (gpu.stream(), gpu.stream());
     g.launch(&s1)?;
     // Work on another stream that waits for the event runs after the fill (200 ms in): it
@@ -360,7 +360,7 @@ fn event_wait_node_waits_for_other_stream_work(gpu: &Gpu) -> TestResult {
         args![&buf, 2i32, 0i32],
     )?;
     assert_eq!(def.node_type(&w)?, NodeType::EventWait);
-    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let g = def.instantiate()?;
     let (s1, s2) = (gpu.stream(), gpu.stream());
     // SAFETY: spin(unsigned long long), fill(int*, int, int) with one element.
     unsafe {
@@ -390,7 +390,7 @@ fn host_callback_node_runs_once_per_launch(gpu: &Gpu) -> TestResult {
         seen.fetch_add(1, Ordering::SeqCst);
     })?;
     assert_eq!(def.node_type(&h)?, NodeType::Host);
-    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let g = def.instantiate()?;
     launch(gpu, &g)?;
     launch(gpu, &g)?;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
@@ -447,7 +447,7 @@ fn mem_alloc_and_free_nodes(gpu: &Gpu) -> TestResult {
     let free = def.add_mem_free(&[&c], scratch)?;
     assert_eq!(def.node_type(&a)?, NodeType::MemAlloc);
     assert_eq!(def.node_type(&free)?, NodeType::MemFree);
-    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let g = def.instantiate()?;
     launch(gpu, &g)?;
     launch(gpu, &g)?; // freed inside the graph, so it can run again
     assert_eq!(out.to_vec()?, vec![5; N as usize]);
@@ -471,7 +471,7 @@ fn alloc_with_options_runs(gpu: &Gpu, options: &MemAllocOptions) -> TestResult {
         args![&scratch, &out, N],
     )?;
     def.add_mem_free(&[&c], scratch)?;
-    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let g = def.instantiate()?;
     launch(gpu, &g)?;
     launch(gpu, &g)?;
     assert_eq!(out.to_vec()?, vec![7; N as usize]);
@@ -970,17 +970,14 @@ fn conditional_body_cannot_stand_alone(gpu: &Gpu) -> TestResult {
     let h = def.create_conditional_handle(Some(1))?;
     let (_n, body) = def.add_if(&[], &h)?;
     body.add_empty(&[])?;
-    assert!(matches!(
-        body.instantiate(&Default::default()),
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(body.instantiate(), Err(Error::InvalidArgument(_))));
     assert!(matches!(body.try_clone(), Err(Error::InvalidArgument(_))));
     let outer = GraphDefinition::new(&gpu.device)?;
     assert!(matches!(
         outer.add_child_graph(&[], &body),
         Err(Error::InvalidArgument(_))
     ));
-    let mut g = def.instantiate(&Default::default())?;
+    let mut g = def.instantiate()?;
     assert!(matches!(g.update(&body), Err(Error::InvalidArgument(_))));
     // Nodes of the body are foreign to its parent, and the other way round.
     let in_body = body.add_empty(&[])?;
@@ -1044,7 +1041,7 @@ fn view_of_an_ended_builder_sees_and_extends_the_capture(gpu: &Gpu) -> TestResul
     let last = last.ok_or("no sink node")?;
     k(&def, &[&last], &affine, one(), args![&buf, 10i32, 0i32])?;
     // The builder's graph is the same graph: completing it runs the added kernel too.
-    launch(gpu, &ended.complete(&Default::default())?)?;
+    launch(gpu, &ended.instantiate()?)?;
     assert_eq!(buf.to_vec()?, [20], "(0 + 1 + 1) * 10");
     // The view outlives the builder.
     drop(ended);
@@ -1059,7 +1056,7 @@ fn hybrid_body_captured_then_extended(gpu: &Gpu) -> TestResult {
     let parent = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = parent.create_conditional_handle(Some(1))?;
     let view = {
-        let body = parent.if_then(&h)?.begin_building(Global)?;
+        let body = parent.add_if(&h)?.begin_building(Global)?;
         // SAFETY: add_one(int*).
         unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
         let ended = body.end_building()?;
@@ -1076,7 +1073,7 @@ fn hybrid_body_captured_then_extended(gpu: &Gpu) -> TestResult {
         )?;
         view
     };
-    let g = parent.end_building()?.complete(&Default::default())?;
+    let g = parent.end_building()?.instantiate()?;
     assert_eq!(counts(&view)?, (2, 1));
     launch(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [10], "(0 + 1) * 10 inside the IF body");
@@ -1089,13 +1086,13 @@ fn hybrid_body_never_captured(gpu: &Gpu) -> TestResult {
     let parent = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = parent.create_conditional_handle(Some(1))?;
     {
-        let body = parent.if_then(&h)?;
+        let body = parent.add_if(&h)?;
         let view = body.graph_definition()?;
         // add_one(int*), then affine(int*, int, int)
         let a = k(&view, &[], &add_one, one(), args![&buf])?;
         k(&view, &[&a], &affine, one(), args![&buf, 10i32, 0i32])?;
     }
-    let g = parent.end_building()?.complete(&Default::default())?;
+    let g = parent.end_building()?.instantiate()?;
     launch(gpu, &g)?;
     launch(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [110], "((0 + 1) * 10 + 1) * 10");
@@ -1108,7 +1105,7 @@ fn body_definition_refused_while_the_body_captures(gpu: &Gpu) -> TestResult {
     let parent = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = parent.create_conditional_handle(Some(1))?;
     {
-        let body = parent.if_then(&h)?;
+        let body = parent.add_if(&h)?;
         let view = body.graph_definition()?;
         let capturing = body.begin_building(Global)?;
         assert!(matches!(
@@ -1123,7 +1120,7 @@ fn body_definition_refused_while_the_body_captures(gpu: &Gpu) -> TestResult {
         assert_eq!(captured.len(), 1, "usable again once the capture ended");
         k(&view, &[&captured[0]], &add_one, one(), args![&buf])?;
     }
-    launch(gpu, &parent.end_building()?.complete(&Default::default())?)?;
+    launch(gpu, &parent.end_building()?.instantiate()?)?;
     assert_eq!(buf.to_vec()?, [2]);
     Ok(())
 }
@@ -1139,7 +1136,7 @@ fn update_an_exec_from_a_definition(gpu: &Gpu) -> TestResult {
     let def_a = GraphDefinition::new(&gpu.device)?;
     // affine(int*, int, int)
     k(&def_a, &[], &affine, one(), args![&a, 1i32, 10i32])?;
-    let mut g = def_a.instantiate(&Default::default())?;
+    let mut g = def_a.instantiate()?;
     launch(gpu, &g)?;
     {
         let def_b = GraphDefinition::new(&gpu.device)?;
@@ -1165,7 +1162,7 @@ fn failed_update_from_a_definition_adopts_nothing(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     // add_one(int*)
     k(&def, &[], &add_one, one(), args![&a])?;
-    let mut g = def.instantiate(&Default::default())?;
+    let mut g = def.instantiate()?;
     let other = gpu.device.alloc_zeroed::<i32>(1)?;
     let watch = other.release_observer();
     {
@@ -1195,11 +1192,11 @@ fn embed_a_definition_in_a_capture(gpu: &Gpu) -> TestResult {
     // affine(int*, int, int)
     k(&child, &[], &affine, one(), args![&buf, 1i32, 1i32])?;
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    b.embed(&child)?;
+    b.add_child_graph(&child)?;
     // SAFETY: affine(int*, int, int).
     unsafe { b.launch_unchecked(&affine, one(), &args![&buf, 10i32, 0i32])? };
     drop(child);
-    launch(gpu, &b.end_building()?.complete(&Default::default())?)?;
+    launch(gpu, &b.end_building()?.instantiate()?)?;
     assert_eq!(buf.to_vec()?, [10]);
     Ok(())
 }
@@ -1229,7 +1226,7 @@ fn clone_is_independent_and_keeps_operands_alive(gpu: &Gpu) -> TestResult {
         stays(|| !watch.is_released()),
         "the clone keeps the buffer alive"
     );
-    let g = clone.instantiate(&Default::default())?;
+    let g = clone.instantiate()?;
     drop(clone);
     assert!(
         stays(|| !watch.is_released()),
@@ -1261,7 +1258,7 @@ fn exec_runs_after_definition_and_operands_are_dropped(gpu: &Gpu) -> TestResult 
         let m = def.add_memcpy(&[&r], &tmp, &src)?;
         let (_h, observer) = def.add_host_callback(&[&m], || {})?;
         cb = observer;
-        g = def.instantiate(&Default::default())?;
+        g = def.instantiate()?;
         // `def`, `src`, `copy`, `event`, `tmp` and the closure's owner all go here.
     }
     launch(gpu, &g)?;
@@ -1292,10 +1289,7 @@ fn operands_released_after_last_definition_and_exec(gpu: &Gpu) -> TestResult {
     let r = def.add_event_record(&[&a], &event)?;
     let c = def.add_child_graph(&[&r], &child)?;
     let (_h, cb) = def.add_host_callback(&[&c], || {})?;
-    let (g1, g2) = (
-        def.instantiate(&Default::default())?,
-        def.instantiate(&Default::default())?,
-    );
+    let (g1, g2) = (def.instantiate()?, def.instantiate()?);
     drop((module, add_one, buf, event, child));
     let alive = |what: &str| -> TestResult {
         for (name, w) in &watches {
@@ -1341,7 +1335,7 @@ fn nothing_released_while_a_launch_runs(gpu: &Gpu) -> TestResult {
         one(),
         args![&src, &dst, 1i32],
     )?;
-    let g = def.instantiate(&Default::default())?;
+    let g = def.instantiate()?;
     let stream = gpu.stream();
     g.launch(&stream)?;
     drop((g, def, src));
@@ -1371,7 +1365,7 @@ fn body_operands_live_as_long_as_the_exec(gpu: &Gpu) -> TestResult {
         one(),
         args![&src, &dst, 1i32],
     )?;
-    let g = def.instantiate(&Default::default())?;
+    let g = def.instantiate()?;
     drop((body, def, src));
     assert!(
         stays(|| !watch.is_released()),
@@ -1459,7 +1453,7 @@ fn destroying_a_node_releases_what_it_used(gpu: &Gpu) -> TestResult {
         eventually(|| wa.is_released()),
         "a is released with the node that used it, while the definition lives"
     );
-    let exec = def.instantiate(&GraphCompleteOptions::default())?;
+    let exec = def.instantiate()?;
     def.destroy_node(mb)?;
     assert!(
         stays(|| !wb.is_released()),
@@ -1492,7 +1486,7 @@ fn clones_children_and_updated_execs_keep_a_destroyed_nodes_operands(gpu: &Gpu) 
     let other = gpu.device.alloc_zeroed::<i32>(1)?;
     let shape = GraphDefinition::new(&gpu.device)?;
     k(&shape, &[], &add_one, one(), args![&other])?;
-    let mut exec = shape.instantiate(&GraphCompleteOptions::default())?;
+    let mut exec = shape.instantiate()?;
     exec.update(&source)?;
     source.destroy_node(ka)?;
     drop(source);

@@ -91,7 +91,7 @@ fn fork_join_two_branches(gpu: &Gpu) -> TestResult {
     }
     p.join([l, r])?;
     unsafe { p.launch_unchecked(&add_one, one(), &args![&a])? }; // after the join: a = 11
-    let g = p.end_building()?.complete(&Default::default())?;
+    let g = p.end_building()?.instantiate()?;
     run(gpu, &g)?;
     assert_eq!((a.to_vec()?[0], b.to_vec()?[0]), (11, 7));
     Ok(())
@@ -114,7 +114,7 @@ fn fork_join_three_branches(gpu: &Gpu) -> TestResult {
         };
     }
     p.join(forks)?;
-    let g = p.end_building()?.complete(&Default::default())?;
+    let g = p.end_building()?.instantiate()?;
     run(gpu, &g)?;
     let got: Vec<i32> = bufs
         .iter()
@@ -143,7 +143,7 @@ fn fork_of_a_fork(gpu: &Gpu) -> TestResult {
         b.launch_unchecked(&add_one_at, one(), &args![&buf, 3i32])?;
     }
     p.join([a, b])?;
-    let g = p.end_building()?.complete(&Default::default())?;
+    let g = p.end_building()?.instantiate()?;
     run(gpu, &g)?;
     run(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [2, 2, 2, 2]);
@@ -163,7 +163,7 @@ fn fork_dropped_without_join_gives_a_valid_graph(gpu: &Gpu) -> TestResult {
         }
         // no join: dropping x and y joins them
     }
-    let g = p.end_building()?.complete(&Default::default())?;
+    let g = p.end_building()?.instantiate()?;
     run(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [1, 1]);
     Ok(())
@@ -182,7 +182,7 @@ fn builder_owned_streams_live_as_long_as_needed(gpu: &Gpu) -> TestResult {
             drop(forks); // the fork streams must stay alive until the capture ends
         }
         unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
-        p.end_building()?.complete(&Default::default())?
+        p.end_building()?.instantiate()?
         // the builder and its own stream drop here
     };
     run(gpu, &graph)?;
@@ -201,9 +201,9 @@ fn child_graph_embedded_between_two_kernels(gpu: &Gpu) -> TestResult {
     let child = child.end_building()?;
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     unsafe { p.launch_unchecked(&add_one_at, one(), &args![&a, 0i32])? };
-    p.embed(&child)?;
+    p.add_child_graph(&child)?;
     unsafe { p.launch_unchecked(&add_one_at, one(), &args![&a, 0i32])? };
-    let g = p.end_building()?.complete(&Default::default())?;
+    let g = p.end_building()?.instantiate()?;
     run(gpu, &g)?;
     assert_eq!(a.to_vec()?, [2, 3]);
     Ok(())
@@ -221,12 +221,12 @@ fn embedded_child_outlives_its_builder(gpu: &Gpu) -> TestResult {
     }
     let child = child.end_building()?;
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    p.embed(&child)?;
+    p.add_child_graph(&child)?;
     let ended = p.end_building()?;
     // The child builder and the `inner` handle go; the parent's graph keeps what they held.
     drop(child);
     drop(inner);
-    let g = ended.complete(&Default::default())?;
+    let g = ended.instantiate()?;
     drop(ended);
     run(gpu, &g)?;
     assert_eq!(a.to_vec()?, [1]);
@@ -241,10 +241,10 @@ fn callback_runs_once_per_launch_and_outlives_other_references(gpu: &Gpu) -> Tes
     // SAFETY: add_one(int*).
     unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     let c = counter.clone();
-    let cb = p.callback(move || {
+    let cb = p.add_host_callback(move || {
         c.fetch_add(1, Ordering::SeqCst);
     })?;
-    let graph = p.end_building()?.complete(&Default::default())?;
+    let graph = p.end_building()?.instantiate()?;
     let weak: Weak<AtomicUsize> = Arc::downgrade(&counter);
     drop(counter); // only the closure holds the counter now
     let s = gpu.stream();
@@ -265,12 +265,12 @@ fn callback_state_released_after_last_graph_and_exec(gpu: &Gpu) -> TestResult {
     let state = Arc::new(AtomicUsize::new(0));
     let weak = Arc::downgrade(&state);
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    let cb = p.callback(move || {
+    let cb = p.add_host_callback(move || {
         state.fetch_add(1, Ordering::SeqCst);
     })?;
     let ended = p.end_building()?;
-    let g1 = ended.complete(&Default::default())?;
-    let g2 = ended.complete(&Default::default())?;
+    let g1 = ended.instantiate()?;
+    let g2 = ended.instantiate()?;
     drop(ended);
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert!(weak.upgrade().is_some(), "released while two execs hold it");
@@ -293,10 +293,10 @@ fn callback_panic_is_caught(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    let cb = p.callback(|| panic!("boom in a host callback"))?;
+    let cb = p.add_host_callback(|| panic!("boom in a host callback"))?;
     // SAFETY: add_one(int*).
     unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
-    let g = p.end_building()?.complete(&Default::default())?;
+    let g = p.end_building()?.instantiate()?;
     let s = gpu.stream();
     g.launch(&s)?;
     g.launch(&s)?;
@@ -319,14 +319,14 @@ fn callback_may_observe_itself(gpu: &Gpu) -> TestResult {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (inner, log) = (me.clone(), seen.clone());
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    let cb = p.callback(move || {
+    let cb = p.add_host_callback(move || {
         if let Some(me) = inner.get() {
             let entry = (me.check().is_ok(), me.panic_message(), me.calls());
             log.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
         }
     })?;
     let _ = me.set(cb.clone());
-    let g = p.end_building()?.complete(&Default::default())?;
+    let g = p.end_building()?.instantiate()?;
     let s = gpu.stream();
     for _ in 0..3 {
         g.launch(&s)?;

@@ -259,13 +259,10 @@ fn child_graph_view_extends_the_node_and_dies_with_it(gpu: &Gpu) -> TestResult {
     assert_eq!(buf.to_vec()?, [2]);
     assert!(matches!(view.inspect(&second)?, NodeInfo::Kernel(..)));
     // It is part of the parent: not instantiated, cloned or embedded on its own.
-    assert!(matches!(
-        view.instantiate(&GraphCompleteOptions::default()),
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(view.instantiate(), Err(Error::InvalidArgument(_))));
     assert!(matches!(view.try_clone(), Err(Error::InvalidArgument(_))));
     // An exec update of a node inside it is refused (the child-graph node is the unit).
-    let mut g = parent.instantiate(&GraphCompleteOptions::default())?;
+    let mut g = parent.instantiate()?;
     // SAFETY: add_one(int*).
     let params = unsafe { NodeParams::kernel_unchecked(&gpu.f("add_one"), one(), args![&buf]) };
     assert!(g.set_params(&second, params).is_err());
@@ -347,19 +344,17 @@ fn captured_body_tests_the_parent_handle(gpu: &Gpu) -> TestResult {
     let h = p.create_conditional_handle(Some(1))?;
     let h_inner = p.create_conditional_handle(Some(1))?;
     {
-        let outer = p.if_then(&h)?.begin_building(Global)?;
+        let outer = p.add_if(&h)?.begin_building(Global)?;
         {
             // The body's IF tests a handle of the top-level graph.
-            let inner = outer.if_then(&h_inner)?.begin_building(Global)?;
+            let inner = outer.add_if(&h_inner)?.begin_building(Global)?;
             // SAFETY: add_one(int*).
             unsafe { inner.launch_unchecked(&add_one, one(), &args![&buf])? };
             inner.end_building()?;
         }
         outer.end_building()?;
     }
-    let g = p
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let g = p.end_building()?.instantiate()?;
     launch(gpu, &g)?;
     launch(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [2]);
@@ -378,7 +373,7 @@ fn conditional_in_a_child_graph_tests_the_outer_handle(gpu: &Gpu) -> TestResult 
     let (_n, body) = view.add_if(&[], &h)?;
     // add_one(int*)
     let inner = k(&body, &[], &gpu.f("add_one"), args![&buf])?;
-    let mut g = parent.instantiate(&GraphCompleteOptions::default())?;
+    let mut g = parent.instantiate()?;
     launch(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [1]);
     // A node in a body inside the child's graph is not the exec's to update on its own.
@@ -401,14 +396,14 @@ fn device_launch_runs_a_graph_from_a_kernel(gpu: &Gpu) -> TestResult {
     k(&inner_def, &[], &gpu.f("add_one"), args![&buf])?;
     let watch = inner_def.release_observer();
     // Not instantiated for device launch: no handle.
-    let plain = inner_def.instantiate(&GraphCompleteOptions::default())?;
+    let plain = inner_def.instantiate()?;
     assert!(matches!(
         plain.device_handle(),
         Err(Error::InvalidArgument(_))
     ));
     drop(plain);
-    let options = GraphCompleteOptions::new().device_launch(true);
-    let mut inner = inner_def.instantiate(&options)?;
+    let options = InstantiateOptions::new().device_launch(true);
+    let mut inner = inner_def.instantiate_with(&options)?;
     let handle = inner.device_handle()?;
     assert_eq!(handle.raw(), inner.device_handle()?.raw());
     // Once a handle exists, updates are refused (device code may be launching it).
@@ -424,7 +419,7 @@ fn device_launch_runs_a_graph_from_a_kernel(gpu: &Gpu) -> TestResult {
         &gpu.f("launch_graph"),
         args![&handle, &status],
     )?;
-    let outer = outer_def.instantiate(&GraphCompleteOptions::default())?;
+    let outer = outer_def.instantiate()?;
     drop((handle, inner_def));
     launch(gpu, &outer)?;
     assert_eq!(

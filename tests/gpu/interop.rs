@@ -124,7 +124,7 @@ fn capture_on_a_raw_stream_keeps_its_owner_until_the_last_use(gpu: &Gpu) -> Test
         )
     };
     check(r, "cuLaunchKernel")?;
-    let g = b.end_building()?.complete(&Default::default())?;
+    let g = b.end_building()?.instantiate()?;
     g.launch(&stream)?;
     g.launch(&stream)?;
     stream.synchronize()?;
@@ -190,11 +190,11 @@ fn raw_kernel_in_a_capture_and_a_definition(gpu: &Gpu) -> TestResult {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).
     unsafe { b.launch_unchecked(&k, one(), &args![&buf])? };
-    let captured = b.end_building()?.complete(&Default::default())?;
+    let captured = b.end_building()?.instantiate()?;
     let def = GraphDefinition::new(&gpu.device)?;
     // SAFETY: add_one(int*).
     unsafe { def.add_kernel_unchecked(&[], &k, one(), &args![&buf])? };
-    let explicit = def.instantiate(&Default::default())?;
+    let explicit = def.instantiate()?;
     drop((k, def));
     let s = gpu.stream();
     captured.launch(&s)?;
@@ -271,7 +271,7 @@ fn raw_buffer_is_held_like_an_allocation_until_the_last_use(gpu: &Gpu) -> TestRe
     // SAFETY: add_one_at(int*, int) with index 1 of 4.
     unsafe { b.launch_unchecked(&add_one_at, one(), &args![&buf, 1i32])? };
     b.memcpy_dtod(&copy, &buf)?;
-    let captured = b.end_building()?.complete(&Default::default())?;
+    let captured = b.end_building()?.instantiate()?;
 
     // A definition, through a clone: kernel argument and memcpy destination.
     let clone = buf.clone();
@@ -279,7 +279,7 @@ fn raw_buffer_is_held_like_an_allocation_until_the_last_use(gpu: &Gpu) -> TestRe
     // SAFETY: add_one_at(int*, int) with index 3 of 4.
     let k = unsafe { def.add_kernel_unchecked(&[], &add_one_at, one(), &args![&clone, 3i32])? };
     def.add_memcpy(&[&k], &copy, &clone)?;
-    let explicit = def.instantiate(&Default::default())?;
+    let explicit = def.instantiate()?;
 
     drop((buf, clone, def));
     assert!(
@@ -430,7 +430,7 @@ fn cublas_gemm_between_two_kernels_in_one_graph(gpu: &Gpu) -> TestResult {
         nodes.len()
     );
     drop(def);
-    let graph = ended.complete(&Default::default())?;
+    let graph = ended.instantiate()?;
 
     for replay in 0..3u32 {
         let (ah, bh) = (inputs(M * K, 2 * replay), inputs(K * N, 2 * replay + 1));

@@ -60,9 +60,7 @@ fn typed_launches_in_every_front_end(gpu: &Gpu) -> TestResult {
     // Capture: buf[0] = 6 * 10 + 1.
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     b.launch(&affine, one(), (&buf, 10, 1))?;
-    let g = b
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let g = b.end_building()?.instantiate()?;
     g.launch(&s)?;
     s.synchronize()?;
     assert_eq!(buf.to_vec()?[0], 61);
@@ -71,7 +69,7 @@ fn typed_launches_in_every_front_end(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     let k = def.add_kernel(&[], &affine, one(), (&buf, 1, -60))?;
     let c = def.add_kernel(&[&k], &copy, one(), (&buf, &dst, 4))?;
-    let mut exec = def.instantiate(&Default::default())?;
+    let mut exec = def.instantiate()?;
     exec.launch(&s)?;
     s.synchronize()?;
     assert_eq!(dst.to_vec()?, [1, 0, 1, 0]);
@@ -164,9 +162,7 @@ fn typed_launches_keep_their_buffers_alive(gpu: &Gpu) -> TestResult {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     b.launch(&affine, one(), (&buf, 1, 7))?;
     b.launch(&copy, one(), (&buf, &out, 1))?;
-    let g = b
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let g = b.end_building()?.instantiate()?;
     drop(buf);
     assert!(!watch.is_released(), "the graph holds the buffer");
     let s = gpu.stream();
@@ -195,12 +191,10 @@ fn typed_kernels_set_conditions(gpu: &Gpu) -> TestResult {
         let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
         let h = b.create_conditional_handle(Some(0))?;
         b.launch(&set, one(), (h, value))?;
-        let body = b.if_then(&h)?.begin_building(Global)?;
+        let body = b.add_if(&h)?.begin_building(Global)?;
         body.launch(&add_one, one(), &buf)?;
         body.end_building()?;
-        let g = b
-            .end_building()?
-            .complete(&GraphCompleteOptions::default())?;
+        let g = b.end_building()?.instantiate()?;
         buf.copy_from(&[0])?;
         g.launch(&s)?;
         s.synchronize()?;
@@ -230,14 +224,12 @@ fn slices_carry_their_length(gpu: &Gpu) -> TestResult {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     b.launch(&fill, big, (&buf, 1))?;
     b.launch(&fill, big, (&buf.slice(..3)?, 2))?;
-    let g = b
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let g = b.end_building()?.instantiate()?;
     g.launch(&s)?;
     let dst = gpu.device.alloc_zeroed::<i32>(5)?;
     let def = GraphDefinition::new(&gpu.device)?;
     def.add_kernel(&[], &copy, big, (&buf, &dst))?;
-    let exec = def.instantiate(&Default::default())?;
+    let exec = def.instantiate()?;
     exec.launch(&s)?;
     s.synchronize()?;
     assert_eq!(dst.to_vec()?, [2, 2, 2, 1, 1]);

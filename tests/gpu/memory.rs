@@ -68,7 +68,7 @@ fn scratch_graph(gpu: &Gpu, out: &DeviceBuffer<i32>, v: i32) -> cuda_graph::Resu
         b.launch_unchecked(&gpu.f("copy_i32"), cfg(), &args![&scratch, out, N])?;
     }
     b.free_async(scratch)?;
-    b.end_building()?.complete(&GraphCompleteOptions::default())
+    b.end_building()?.instantiate()
 }
 
 fn captured_alloc_and_free_run_in_every_launch(gpu: &Gpu) -> TestResult {
@@ -98,9 +98,7 @@ fn a_captured_allocation_left_unfreed_is_freed_with_the_exec(gpu: &Gpu) -> TestR
     let kept = b.alloc_async(1 << 20)?;
     // SAFETY: fill(int*, int, int); kept holds 2^18 ints.
     unsafe { b.launch_unchecked(&gpu.f("fill"), cfg(), &args![&kept, N, 1])? };
-    let g = b
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let g = b.end_building()?.instantiate()?;
     let s = gpu.stream();
     g.launch(&s)?;
     s.synchronize()?;
@@ -253,7 +251,7 @@ fn graph_memory_usage_rises_and_falls(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     let (alloc, mem) = def.add_mem_alloc(&[], BYTES)?;
     def.add_mem_free(&[&alloc], mem)?;
-    let g = def.instantiate(&GraphCompleteOptions::default())?;
+    let g = def.instantiate()?;
     let s = gpu.stream();
     g.launch(&s)?;
     s.synchronize()?;
@@ -328,9 +326,7 @@ fn slices_are_views_that_keep_their_allocation(gpu: &Gpu) -> TestResult {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: fill(int* p, int n, int v) over the 2 ints of `tail`.
     unsafe { b.launch_unchecked(&gpu.f("fill"), one(), &args![&tail, 2i32, 5i32])? };
-    let g = b
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let g = b.end_building()?.instantiate()?;
     let copy = buf.clone();
     drop((buf, mid, tail));
     g.launch(&s)?;

@@ -39,9 +39,7 @@ fn compiled_kernel_runs_in_a_graph(gpu: &Gpu) -> TestResult {
             &args![&buf, 4i32, 3i32, 1i32],
         )?
     };
-    let g = b
-        .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+    let g = b.end_building()?.instantiate()?;
     let s = gpu.stream();
     g.launch(&s)?;
     s.synchronize()?;

@@ -151,7 +151,7 @@ fn within<T: Send + 'static>(
 }
 
 fn complete(b: GraphBuilder<Primary, Ended>) -> cuda_graph::Result<Graph> {
-    b.complete(&GraphCompleteOptions::default())
+    b.instantiate()
 }
 
 /// Item 4: one thread issues work on a stream and drops its buffer while another begins and
@@ -282,7 +282,7 @@ fn invalidated_body_then_parent_ends_completes_and_drops(gpu: &Gpu) -> TestResul
     // SAFETY: add_one(int*).
     unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     let h = p.create_conditional_handle(Some(1))?;
-    let body = p.if_then(&h)?.begin_building(Relaxed)?;
+    let body = p.add_if(&h)?.begin_building(Relaxed)?;
     // SAFETY: add_one(int*).
     unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
     assert!(body.stream().synchronize().is_err());
@@ -293,7 +293,7 @@ fn invalidated_body_then_parent_ends_completes_and_drops(gpu: &Gpu) -> TestResul
     // SAFETY: add_one(int*).
     unsafe { p.launch_unchecked(&add_one, one(), &args![&buf])? };
     let ended = p.end_building()?;
-    match ended.complete(&Default::default()) {
+    match ended.instantiate() {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("conditional body"), "{m}"),
         other => return Err(format!("complete: {other:?}").into()),
     }
@@ -301,7 +301,7 @@ fn invalidated_body_then_parent_ends_completes_and_drops(gpu: &Gpu) -> TestResul
     assert!(def.nodes().is_err(), "the broken graph is refused");
     let child_parent = gpu.device.create_graph_builder()?.begin_building(Global)?;
     assert!(
-        child_parent.embed(&ended).is_err(),
+        child_parent.add_child_graph(&ended).is_err(),
         "embedding it is refused"
     );
     drop(child_parent);
@@ -326,14 +326,14 @@ fn invalidated_body_dropped_without_ending(gpu: &Gpu) -> TestResult {
     for parent_ends in [false, true] {
         let p = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
         let h = p.create_conditional_handle(Some(1))?;
-        let body = p.if_then(&h)?.begin_building(Relaxed)?;
+        let body = p.add_if(&h)?.begin_building(Relaxed)?;
         // SAFETY: add_one(int*).
         unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
         let _ = body.stream().synchronize();
         drop(body);
         if parent_ends {
             let ended = p.end_building()?;
-            assert!(ended.complete(&Default::default()).is_err());
+            assert!(ended.instantiate().is_err());
         } else {
             drop(p);
         }
@@ -354,7 +354,7 @@ impl Drop for CapturesOnDrop {
             let b = self.stream.create_graph_builder().begin_building(Global)?;
             // SAFETY: add_one(int*).
             unsafe { b.launch_unchecked(&self.k, one(), &args![&*self.buf])? };
-            let g = b.end_building()?.complete(&Default::default())?;
+            let g = b.end_building()?.instantiate()?;
             g.launch(&self.stream)?;
             self.stream.synchronize()
         })();
@@ -376,7 +376,7 @@ fn a_drop_on_the_release_thread_may_begin_a_capture(gpu: &Gpu) -> TestResult {
     };
     {
         let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
-        b.callback(move || {
+        b.add_host_callback(move || {
             let _ = &on_drop;
         })?;
         let g = complete(b.end_building()?)?;
@@ -413,7 +413,7 @@ fn switch_with_a_huge_count_is_refused_at_once(gpu: &Gpu) -> TestResult {
     let h = p.create_conditional_handle(Some(0))?;
     let t = Instant::now();
     for n in [1 << 20, u32::MAX, cuda_graph::MAX_SWITCH_BODIES + 1] {
-        match p.switch(&h, n) {
+        match p.add_switch(&h, n) {
             Err(Error::InvalidArgument(m)) => assert!(m.contains("at most"), "{m}"),
             other => return Err(format!("switch({n}): {:?}", other.map(|v| v.len())).into()),
         }
@@ -423,7 +423,7 @@ fn switch_with_a_huge_count_is_refused_at_once(gpu: &Gpu) -> TestResult {
     let dh = def.create_conditional_handle(Some(0))?;
     assert!(def.add_switch(&[], &dh, 1 << 20).is_err());
     // The handle must be used for the graph to instantiate.
-    let bodies = p.switch(&h, 2)?;
+    let bodies = p.add_switch(&h, 2)?;
     drop(bodies);
     drop(complete(p.end_building()?)?);
     Ok(())
@@ -440,7 +440,7 @@ fn switch_bodies_cost_no_stream_until_captured(gpu: &Gpu) -> TestResult {
     // SAFETY: set_condition(handle, unsigned).
     unsafe { p.launch_unchecked(&set, one(), &args![h, 4095u32])? };
     let t = Instant::now();
-    let mut bodies = p.switch(&h, 4096)?;
+    let mut bodies = p.add_switch(&h, 4096)?;
     let made = t.elapsed();
     let last = bodies.pop().ok_or("no bodies")?.begin_building(Global)?;
     // SAFETY: add_one(int*).
@@ -465,7 +465,7 @@ fn buffer_dropped_inside_a_callback_is_freed(gpu: &Gpu) -> TestResult {
     let watch = owned.release_observer();
     let mut slot = Some(owned);
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
-    let cb = b.callback(move || drop(slot.take()))?;
+    let cb = b.add_host_callback(move || drop(slot.take()))?;
     let g = complete(b.end_building()?)?;
     let s = gpu.stream();
     g.launch(&s)?;
@@ -500,8 +500,8 @@ fn unfreed_graph_allocation_is_freed_with_its_exec(gpu: &Gpu) -> TestResult {
             )?
         };
         let _no_free_node = scratch;
-        let options = GraphCompleteOptions::new().auto_free_on_launch(auto_free);
-        let g = def.instantiate(&options)?;
+        let options = InstantiateOptions::new().auto_free_on_launch(auto_free);
+        let g = def.instantiate_with(&options)?;
         let s = gpu.stream();
         g.launch(&s)?;
         if auto_free {
@@ -530,13 +530,13 @@ fn forgotten_body_blocks_complete_and_node_destruction(gpu: &Gpu) -> TestResult 
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let p = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
     let h = p.create_conditional_handle(Some(1))?;
-    let body = p.if_then(&h)?.begin_building(Relaxed)?;
+    let body = p.add_if(&h)?.begin_building(Relaxed)?;
     // SAFETY: add_one(int*).
     unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
     let body_stream = body.stream().clone();
     std::mem::forget(body);
     let ended = p.end_building()?;
-    match ended.complete(&Default::default()) {
+    match ended.instantiate() {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("still records"), "{m}"),
         other => return Err(format!("complete: {other:?}").into()),
     }
@@ -806,7 +806,7 @@ fn if_default_one(
     let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = p.create_conditional_handle(Some(1))?;
     {
-        let body = p.if_then(&h)?.begin_building(Global)?;
+        let body = p.add_if(&h)?.begin_building(Global)?;
         // SAFETY: add_one(int*).
         unsafe { body.launch_unchecked(&add_one, one(), &args![buf])? };
         body.end_building()?;
@@ -823,13 +823,13 @@ fn conditional_execs_dropped_right_after_their_launch(gpu: &Gpu) -> TestResult {
     let s = gpu.stream();
     const CYCLES: i32 = 2000;
     for _ in 0..CYCLES {
-        let g = if_default_one(gpu, &buf)?.complete(&Default::default())?;
+        let g = if_default_one(gpu, &buf)?.instantiate()?;
         g.launch(&s)?;
         s.synchronize()?;
         drop(g);
     }
     assert_eq!(buf.to_vec()?, [CYCLES]);
-    let mut g = if_default_one(gpu, &buf)?.complete(&Default::default())?;
+    let mut g = if_default_one(gpu, &buf)?.instantiate()?;
     for _ in 0..CYCLES {
         g.update(&if_default_one(gpu, &buf)?)?;
         g.launch(&s)?;

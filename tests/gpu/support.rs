@@ -145,7 +145,7 @@ pub fn launch(gpu: &Gpu, g: &Graph) -> TestResult {
 
 /// Instantiates `def`, launches it once and waits.
 pub fn run(gpu: &Gpu, def: &GraphDefinition) -> TestResult {
-    launch(gpu, &def.instantiate(&GraphCompleteOptions::default())?)
+    launch(gpu, &def.instantiate()?)
 }
 
 /// Holds `cond` true for a while: for "not released yet" checks (releases are asynchronous).

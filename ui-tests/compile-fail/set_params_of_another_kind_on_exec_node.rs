@@ -3,7 +3,7 @@ use cuda_graph::prelude::*;
 
 fn flow(def: &GraphDefinition, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     let m: MemsetNode = def.add_memset(&[], buf, 0i32)?;
-    let mut graph = def.instantiate(&GraphCompleteOptions::default())?;
+    let mut graph = def.instantiate()?;
     // SAFETY: the kernel takes one int*.
     let p = unsafe { NodeParams::kernel_unchecked(f, LaunchConfig::single(), KernelArgs::new().arg(buf)) };
     graph.set_params(&m, p)?;

@@ -5,7 +5,7 @@ fn flow(device: &Device) -> cuda_graph::Result<()> {
         .create_graph_builder()?
         .begin_building(Global)?
         .end_building()?
-        .complete(&GraphCompleteOptions::default())?;
+        .instantiate()?;
     let stream = device.create_stream()?;
     drop(graph);
     graph.launch(&stream)?;

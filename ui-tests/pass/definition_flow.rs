@@ -24,7 +24,7 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::R
     let _edges: Vec<(GraphNode, GraphNode)> = def.edges()?;
     def.debug_dot_print("/tmp/def.dot", &GraphDebugPrintOptions::default())?;
     let copy = def.try_clone()?;
-    let mut graph = def.instantiate(&GraphCompleteOptions::default())?;
+    let mut graph = def.instantiate()?;
     graph.update(&copy)?;
 
     // A view of an ended builder, extended, used as a child and an update source.
@@ -35,23 +35,23 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::R
     outer.add_child_graph(&[], &ended)?;
     outer.add_child_graph(&[], &view)?;
     let capturing = device.create_graph_builder()?.begin_building(Global)?;
-    capturing.embed(&view)?;
+    capturing.add_child_graph(&view)?;
     graph.update(&view)?;
 
     // Conditional bodies: never captured, and captured then extended.
     let parent = device.create_graph_builder()?.begin_building(Global)?;
     let h = parent.create_conditional_handle(Some(1))?;
     {
-        let never_captured = parent.if_then(&h)?;
+        let never_captured = parent.add_if(&h)?;
         let explicit = never_captured.graph_definition()?;
         unsafe { explicit.add_kernel_unchecked(&[], f, LaunchConfig::single(), &args)? };
-        let (then_body, else_body) = parent.if_else(&h)?;
+        let (then_body, else_body) = parent.add_if_else(&h)?;
         let ended_body = then_body.begin_building(Global)?.end_building()?;
         let hybrid = ended_body.graph_definition()?;
         hybrid.add_empty(&[])?;
         drop(else_body);
     }
-    let _graph = parent.end_building()?.complete(&GraphCompleteOptions::default())?;
+    let _graph = parent.end_building()?.instantiate()?;
     Ok(())
 }
 

@@ -14,9 +14,9 @@ fn flow(device: &Device, kernel: &Function, a: &DeviceBuffer<i32>, b: &DeviceBuf
     }
     parent.join([left, right])?;
     let child = device.create_graph_builder()?.begin_building(Relaxed)?.end_building()?;
-    parent.embed(&child)?;
-    let _cb = parent.callback(|| println!("host"))?;
-    let graph = parent.end_building()?.complete(&GraphCompleteOptions::default())?;
+    parent.add_child_graph(&child)?;
+    let _cb = parent.add_host_callback(|| println!("host"))?;
+    let graph = parent.end_building()?.instantiate()?;
     graph.launch(&device.create_stream()?)?;
     Ok(())
 }

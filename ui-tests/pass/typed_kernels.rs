@@ -22,7 +22,7 @@ fn flow(device: &Device, module: &Module, stream: &Stream) -> cuda_graph::Result
     let h = builder.create_conditional_handle(Some(0))?;
     builder.launch(&set, cfg, (h, 1))?;
     builder.launch(&affine, cfg, (&buf, 3, 0))?;
-    let graph = builder.end_building()?.complete(&GraphCompleteOptions::default())?;
+    let graph = builder.end_building()?.instantiate()?;
     let def = GraphDefinition::new(device)?;
     let k = def.add_kernel(&[], &affine, cfg, (&buf, 1, 1))?;
     def.set_params(&k, NodeParams::kernel(&affine, cfg, (&buf, 1, 2)))?;

@@ -19,14 +19,14 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>, e: &Event) -> cu
     let (p, _cb) = NodeParams::host_callback(|| {});
     let (h, _first) = def.add_host_callback(&[&j], || {})?;
     def.set_params(&h, p)?;
-    let mut graph = def.instantiate(&GraphCompleteOptions::default())?;
+    let mut graph = def.instantiate()?;
     // SAFETY: as above.
     graph.set_params(&k, unsafe {
         NodeParams::kernel_unchecked(f, LaunchConfig::single(), KernelArgs::new().arg(buf))
     })?;
     graph.set_enabled(&k, false)?;
     let _on: bool = graph.is_enabled(&m)?;
-    let mut cache = GraphCache::new(GraphCompleteOptions::default());
+    let mut cache = GraphCache::new(InstantiateOptions::default());
     let _outcome: CacheOutcome = cache.refresh(&def)?;
     let (_u, _i): (u64, u64) = (cache.updates(), cache.instantiations());
     Ok(())

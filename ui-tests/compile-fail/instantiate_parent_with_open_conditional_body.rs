@@ -1,9 +1,11 @@
 use cuda_graph::prelude::*;
 
 fn flow(device: &Device) -> cuda_graph::Result<()> {
-    let child = device.create_graph_builder()?;
     let parent = device.create_graph_builder()?.begin_building(Global)?;
-    parent.embed(&child)?;
+    let handle = parent.create_conditional_handle(Some(1))?;
+    let body = parent.add_if(&handle)?;
+    let _graph = parent.end_building()?.instantiate()?;
+    let _ = body.begin_building(Global)?;
     Ok(())
 }
 

@@ -1,8 +1,8 @@
 use cuda_graph::prelude::*;
 
-fn flow(device: &Device) -> cuda_graph::Result<()> {
+fn flow(device: &Device, handle: ConditionalHandle) -> cuda_graph::Result<()> {
     let not_started = device.create_graph_builder()?;
-    let _graph = not_started.complete(&GraphCompleteOptions::default())?;
+    let _body = not_started.add_while(&handle)?;
     Ok(())
 }
 

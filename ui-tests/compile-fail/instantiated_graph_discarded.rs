@@ -7,7 +7,7 @@ fn flow(device: &Device) -> cuda_graph::Result<()> {
         .begin_building(Global)?
         .end_building()?;
     // The exec is made and dropped at once: nothing ever launches it.
-    ended.complete(&GraphCompleteOptions::default())?;
+    ended.instantiate()?;
     Ok(())
 }
 

@@ -2,9 +2,9 @@ use cuda_graph::prelude::*;
 
 fn flow(device: &Device) -> cuda_graph::Result<()> {
     let builder = device.create_graph_builder()?.begin_building(Global)?;
-    let shared = std::rc::Rc::new(std::cell::Cell::new(0));
-    let inner = shared.clone();
-    builder.callback(move || inner.set(inner.get() + 1))?;
+    let mut count = 0;
+    builder.add_host_callback(|| count += 1)?;
+    println!("{count}");
     Ok(())
 }
 

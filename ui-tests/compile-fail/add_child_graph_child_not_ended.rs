@@ -3,7 +3,7 @@ use cuda_graph::prelude::*;
 fn flow(device: &Device) -> cuda_graph::Result<()> {
     let child = device.create_graph_builder()?.begin_building(Global)?;
     let parent = device.create_graph_builder()?.begin_building(Global)?;
-    parent.embed(&child)?;
+    parent.add_child_graph(&child)?;
     Ok(())
 }
 

@@ -4,7 +4,7 @@ fn flow(device: &Device) -> cuda_graph::Result<()> {
     let builder = device.create_graph_builder()?.begin_building(Global)?;
     let handle = builder.create_conditional_handle(Some(1))?;
     let ended = builder.end_building()?;
-    let _body = ended.if_then(&handle)?;
+    let _body = ended.add_if(&handle)?;
     Ok(())
 }
 

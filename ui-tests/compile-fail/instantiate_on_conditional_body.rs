@@ -3,9 +3,8 @@ use cuda_graph::prelude::*;
 fn flow(device: &Device) -> cuda_graph::Result<()> {
     let parent = device.create_graph_builder()?.begin_building(Global)?;
     let handle = parent.create_conditional_handle(Some(1))?;
-    let body = parent.if_then(&handle)?;
-    let _graph = parent.end_building()?.complete(&GraphCompleteOptions::default())?;
-    let _ = body.begin_building(Global)?;
+    let body = parent.add_if(&handle)?.begin_building(Global)?.end_building()?;
+    let _graph = body.instantiate()?;
     Ok(())
 }
 

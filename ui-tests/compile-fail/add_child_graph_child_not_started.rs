@@ -1,0 +1,12 @@
+use cuda_graph::prelude::*;
+
+fn flow(device: &Device) -> cuda_graph::Result<()> {
+    let child = device.create_graph_builder()?;
+    let parent = device.create_graph_builder()?.begin_building(Global)?;
+    parent.add_child_graph(&child)?;
+    Ok(())
+}
+
+fn main() {
+    let _ = flow;
+}
