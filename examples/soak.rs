@@ -13,7 +13,8 @@
 //! `panic_callback`, `edit`), `--report-only` (growth does not fail the run: for runs under
 //! compute-sanitizer, where memory figures mean nothing), `--raw-node-ctx` (the raw side's kernel
 //! nodes name their context in `CUDA_KERNEL_NODE_PARAMS::ctx`, as the crate's do, instead of
-//! null), `--help`. Exit status: 0 when every loop
+//! null), `--raw-free-elsewhere` (the raw `edit` loop frees its replaced buffers on a second
+//! thread, as the crate's release thread may), `--help`. Exit status: 0 when every loop
 //! is flat (or the soak is skipped because there is no driver or GPU), 1 when a loop grows or
 //! fails, 2 for a bad command line.
 //!
@@ -267,6 +268,7 @@ struct Options {
     report_only: bool,
     /// The raw side's kernel nodes name their context, as the crate's do.
     raw_node_ctx: bool,
+    raw_free_elsewhere: bool,
 }
 
 const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--report-only]
@@ -275,6 +277,7 @@ const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--repo
   --only NAME    one loop: capture, explicit, fork_join, conditional, failed_update, panic_callback, edit
   --report-only  growth is reported but does not fail the run (for runs under compute-sanitizer)
   --raw-node-ctx the raw side's kernel nodes name their context, as the crate's do
+  --raw-free-elsewhere the raw edit loop frees its replaced buffers on a second thread
 Exit status: 0 all flat (or skipped: no driver/GPU), 1 a loop grows (unless --report-only) or
 fails, 2 bad usage.";
 
@@ -293,6 +296,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         only: None,
         report_only: false,
         raw_node_ctx: false,
+        raw_free_elsewhere: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -310,6 +314,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             "-h" | "--help" => return Ok(None),
             "--report-only" => opts.report_only = true,
             "--raw-node-ctx" => opts.raw_node_ctx = true,
+            "--raw-free-elsewhere" => opts.raw_free_elsewhere = true,
             "--cycles" => opts.cycles = positive("--cycles", &value("--cycles")?)?,
             "--warmup" => {
                 opts.warmup = value("--warmup")?
@@ -708,12 +713,28 @@ struct Raw {
     /// Kernel nodes name their context (`CUDA_KERNEL_NODE_PARAMS::ctx`) as the crate's do,
     /// instead of null (`--raw-node-ctx`).
     node_ctx: bool,
+    /// The `edit` loop's replaced buffers are freed on a second, long-lived thread, as the
+    /// crate's release thread frees what an exec held (`--raw-free-elsewhere`).
+    freer: Option<std::sync::mpsc::Sender<sys::CUdeviceptr>>,
 }
 
 impl Raw {
-    fn new(node_ctx: bool) -> Result<Raw, String> {
+    fn new(node_ctx: bool, free_elsewhere: bool) -> Result<Raw, String> {
         require_symbols(RAW_COMMON_SYMBOLS)?;
         let (dev, ctx) = raw::retain_primary(0)?;
+        let freer = free_elsewhere.then(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<sys::CUdeviceptr>();
+            let ctx_addr = ctx as usize;
+            std::thread::spawn(move || {
+                // SAFETY: the primary context stays retained while the soak runs.
+                unsafe { sys::cuCtxSetCurrent(ctx_addr as sys::CUcontext) };
+                for ptr in rx {
+                    // SAFETY: `ptr` is an allocation of this context no node or exec uses now.
+                    unsafe { sys::cuMemFree_v2(ptr) };
+                }
+            });
+            tx
+        });
         let mut raw = Raw {
             dev,
             ctx,
@@ -723,6 +744,7 @@ impl Raw {
             buf: 0,
             edited: std::cell::Cell::new((null_mut(), null_mut(), 0)),
             node_ctx,
+            freer,
         };
         raw.bind()?;
         raw.module = raw::load_module(KERNELS)?;
@@ -876,9 +898,11 @@ impl Raw {
         if !previous.is_null() {
             // SAFETY: `previous` is a live node of `g`; no exec made from `g` is alive (each
             // cycle destroys its own after its launch finished), so its buffer is unused.
-            unsafe {
-                ok("cuGraphDestroyNode", sys::cuGraphDestroyNode(previous))?;
-                ok("cuMemFree_v2", sys::cuMemFree_v2(previous_buf))?;
+            unsafe { ok("cuGraphDestroyNode", sys::cuGraphDestroyNode(previous))? };
+            match &self.freer {
+                Some(tx) => tx.send(previous_buf).map_err(|e| e.to_string())?,
+                // SAFETY: as above.
+                None => ok("cuMemFree_v2", unsafe { sys::cuMemFree_v2(previous_buf) })?,
             }
         }
         let exec = self.instantiate(g, owned)?;
@@ -1564,7 +1588,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let raw = match Raw::new(opts.raw_node_ctx) {
+    let raw = match Raw::new(opts.raw_node_ctx, opts.raw_free_elsewhere) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("soak: setup failed: {e}");
