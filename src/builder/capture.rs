@@ -35,7 +35,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: Unstarted,
     {
         let into = self.core.graph.clone();
-        self.core.begin(mode.raw(), into)?;
+        self.core.begin(super::state::sealed::RawMode::raw(mode), into)?;
         Ok(self.into_state(Capturing::new()))
     }
 }

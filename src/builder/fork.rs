@@ -70,7 +70,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
                 kind: Forked {
                     _parent: std::marker::PhantomData,
                 },
-                state: S::fresh(),
+                state: <S as super::state::sealed::Fresh>::fresh(),
             });
         }
         forks

@@ -9,6 +9,18 @@ use cudarc::driver::sys::CUstreamCaptureMode;
 
 pub(crate) mod sealed {
     pub trait Sealed {}
+
+    /// Carries [`IsCapturing`](super::IsCapturing)'s one method, out of the public API.
+    pub trait Fresh {
+        /// A new value of this state (for the forks of a capturing builder).
+        fn fresh() -> Self;
+    }
+
+    /// Carries [`CaptureMode`](super::CaptureMode)'s one method, out of the public API.
+    pub trait RawMode {
+        /// The driver's mode value.
+        fn raw(self) -> cudarc::driver::sys::CUstreamCaptureMode;
+    }
 }
 
 /// A capture state: [`NotStarted`], [`Capturing<M>`] or [`Ended`].
@@ -74,15 +86,14 @@ impl Unstarted for NotStarted {}
     label = "this needs a `Capturing` builder",
     note = "call `begin_building(Global)` (or `ThreadLocal` / `Relaxed`) first; an `Ended` builder cannot record more work"
 )]
-pub trait IsCapturing: State {
+pub trait IsCapturing: State + sealed::Fresh {
     /// The capture mode.
     type Mode: CaptureMode;
-    /// A new value of this state (for the forks of a capturing builder).
-    #[doc(hidden)]
-    fn fresh() -> Self;
 }
 impl<M: CaptureMode> IsCapturing for Capturing<M> {
     type Mode = M;
+}
+impl<M: CaptureMode> sealed::Fresh for Capturing<M> {
     fn fresh() -> Self {
         Capturing::new()
     }
@@ -117,14 +128,11 @@ pub enum UseRelaxedModeToMoveACaptureToAnotherThread {}
 unsafe impl Sync for BoundToCapturingThread {}
 
 /// A stream capture mode (`CUstreamCaptureMode`), passed as a value to `begin_building`.
-pub trait CaptureMode: sealed::Sealed + Copy + Default + 'static {
+pub trait CaptureMode: sealed::Sealed + sealed::RawMode + Copy + Default + 'static {
     /// `BoundToCapturingThread` for `Global` and `ThreadLocal`, `()` for `Relaxed`.
     type ThreadBinding: Default + Sync;
     /// The mode's name.
     const NAME: &'static str;
-    /// The driver's mode value.
-    #[doc(hidden)]
-    fn raw(self) -> CUstreamCaptureMode;
 }
 
 /// `CU_STREAM_CAPTURE_MODE_GLOBAL`: while capturing, potentially unsafe API calls from any thread
@@ -149,6 +157,8 @@ impl sealed::Sealed for Relaxed {}
 impl CaptureMode for Global {
     type ThreadBinding = BoundToCapturingThread;
     const NAME: &'static str = "Global";
+}
+impl sealed::RawMode for Global {
     fn raw(self) -> CUstreamCaptureMode {
         CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
     }
@@ -156,6 +166,8 @@ impl CaptureMode for Global {
 impl CaptureMode for ThreadLocal {
     type ThreadBinding = BoundToCapturingThread;
     const NAME: &'static str = "ThreadLocal";
+}
+impl sealed::RawMode for ThreadLocal {
     fn raw(self) -> CUstreamCaptureMode {
         CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
     }
@@ -163,6 +175,8 @@ impl CaptureMode for ThreadLocal {
 impl CaptureMode for Relaxed {
     type ThreadBinding = ();
     const NAME: &'static str = "Relaxed";
+}
+impl sealed::RawMode for Relaxed {
     fn raw(self) -> CUstreamCaptureMode {
         CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED
     }

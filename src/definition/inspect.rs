@@ -288,31 +288,36 @@ pub struct ConditionalInfo {
 }
 
 mod sealed {
-    pub trait Sealed {}
+    /// Seals [`ReadBack`](super::ReadBack) and carries its one method.
+    pub trait Sealed: super::NodeKind {
+        /// The parameters of a node of this kind, as [`ReadBack::Info`](super::ReadBack::Info).
+        type Picked;
+        /// Takes them out of the node's `NodeInfo`; `None` if it is another kind's.
+        fn pick(info: super::NodeInfo) -> Option<Self::Picked>;
+    }
 }
 
 /// What [`GraphDefinition::node_info`] gives for a node of kind `K`: the parameters from
 /// [`NodeInfo`]'s variant of that kind. Sealed; implemented by the kinds in
 /// [`node_kind`](crate::node_kind).
-pub trait ReadBack: NodeKind + sealed::Sealed {
+pub trait ReadBack: NodeKind + sealed::Sealed<Picked = Self::Info> {
     /// The parameters of a node of this kind.
     type Info: std::fmt::Debug;
-    /// Takes them out of the node's [`NodeInfo`]; `None` if it is another kind's.
-    #[doc(hidden)]
-    fn pick(info: NodeInfo) -> Option<Self::Info>;
 }
 
 macro_rules! read_back {
     ($($kind:ident => $variant:ident($info:ty),)*) => { $(
-        impl sealed::Sealed for node_kind::$kind {}
-        impl ReadBack for node_kind::$kind {
-            type Info = $info;
+        impl sealed::Sealed for node_kind::$kind {
+            type Picked = $info;
             fn pick(info: NodeInfo) -> Option<$info> {
                 match info {
                     NodeInfo::$variant(_, i) => Some(i),
                     _ => None,
                 }
             }
+        }
+        impl ReadBack for node_kind::$kind {
+            type Info = $info;
         }
     )* };
 }
@@ -330,12 +335,14 @@ read_back!(
     Conditional => Conditional(ConditionalInfo),
 );
 
-impl sealed::Sealed for node_kind::Empty {}
-impl ReadBack for node_kind::Empty {
-    type Info = ();
+impl sealed::Sealed for node_kind::Empty {
+    type Picked = ();
     fn pick(info: NodeInfo) -> Option<()> {
         matches!(info, NodeInfo::Empty(_)).then_some(())
     }
+}
+impl ReadBack for node_kind::Empty {
+    type Info = ();
 }
 
 /// The most parameters a kernel can have is bounded by its 32 KiB parameter space; this bounds
@@ -546,7 +553,7 @@ impl GraphDefinition {
     pub fn node_info<K: ReadBack>(&self, node: &TypedNode<K>) -> Result<K::Info> {
         let info = self.inspect(node)?;
         let found = kind_of(&info);
-        K::pick(info).ok_or(Error::WrongNodeType {
+        <K as sealed::Sealed>::pick(info).ok_or(Error::WrongNodeType {
             expected: K::TYPE,
             found,
         })

@@ -73,7 +73,11 @@ impl Memset2d {
 }
 
 mod sealed {
-    pub trait Sealed {}
+    /// Seals [`MemsetValue`](super::MemsetValue) and carries its one method.
+    pub trait Sealed {
+        /// The value's bits, zero-extended.
+        fn bits(self) -> u64;
+    }
 }
 
 /// Element types a memset node can set: the crate's primitive numbers. CUDA sets 1-, 2- or
@@ -87,21 +91,17 @@ mod sealed {
 /// assert!(def.add_memset(&[], wide, 1u64).is_err()); // 8-byte elements
 /// # }
 /// ```
-pub trait MemsetValue: DeviceCopy + sealed::Sealed {
-    /// The value's bits, zero-extended.
-    #[doc(hidden)]
-    fn bits(self) -> u64;
-}
+pub trait MemsetValue: DeviceCopy + sealed::Sealed {}
 
 macro_rules! memset_value {
     ($($t:ty => |$v:ident| $bits:expr),* $(,)?) => { $(
-        impl sealed::Sealed for $t {}
-        impl MemsetValue for $t {
+        impl sealed::Sealed for $t {
             fn bits(self) -> u64 {
                 let $v = self;
                 $bits
             }
         }
+        impl MemsetValue for $t {}
     )* };
 }
 memset_value!(
@@ -115,7 +115,7 @@ memset_value!(
 pub(crate) fn memset_value<T: MemsetValue>(value: T) -> Result<(u32, u32)> {
     let size = std::mem::size_of::<T>();
     match size {
-        1 | 2 | 4 => Ok((size as u32, value.bits() as u32)),
+        1 | 2 | 4 => Ok((size as u32, sealed::Sealed::bits(value) as u32)),
         _ => Err(Error::InvalidArgument(format!(
             "a memset sets 1-, 2- or 4-byte elements, but `{}` is {size} bytes",
             std::any::type_name::<T>()
