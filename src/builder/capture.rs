@@ -35,7 +35,8 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: Unstarted,
     {
         let into = self.core.graph.clone();
-        self.core.begin(super::state::sealed::RawMode::raw(mode), into)?;
+        self.core
+            .begin(super::state::sealed::RawMode::raw(mode), into)?;
         Ok(self.into_state(Capturing::new()))
     }
 }
@@ -205,7 +206,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         let stream = &self.core.stream;
-        stream.enqueue(|rec| GraphAllocation::capture(rec, stream.raw(), bytes))
+        stream.enqueue(|rec| GraphAllocation::capture(rec, stream.raw(), &stream.handle.ctx, bytes))
     }
 
     /// Records the free of `allocation` (`cuMemFreeAsync` on the capturing stream): a memory

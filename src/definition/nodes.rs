@@ -303,6 +303,7 @@ pub struct GraphAllocation {
     ptr: u64,
     bytes: usize,
     node: MemAllocNode,
+    ctx: Arc<PrimaryContext>,
 }
 
 impl GraphAllocation {
@@ -340,6 +341,49 @@ impl GraphAllocation {
     pub fn node(&self) -> MemAllocNode {
         self.node
     }
+
+    /// This graph memory as a [`DeviceBuffer`] of `byte_len() / size_of::<T>()` elements, for
+    /// the graph operations that take buffers: memset and memcpy nodes (captured or added),
+    /// typed kernel launches, [`slice`](DeviceBuffer::slice)s. The buffer never frees anything:
+    /// the graph allocated the memory and frees it (at its free node, or when the exec is
+    /// dropped). A size that is not a whole number of `T`s is an [`Error::InvalidArgument`].
+    ///
+    /// # Safety
+    /// The memory exists only while the graph runs, between the allocation node and its free.
+    /// The caller promises that the buffer (and every slice or clone of it) is used only
+    /// - in operations of this allocation's graph (nodes added to it, or work captured into it),
+    ///   never on a stream outside such a capture and never by the host (`to_vec`, `copy_from`
+    ///   and the like would touch memory that is not mapped);
+    /// - by nodes that run after the allocation node and before the free node, if the graph has
+    ///   one (a path of dependencies both ways).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(def: &GraphDefinition, out: &DeviceBuffer<i32>, copy: &Kernel<(Slice<i32>, Slice<i32>)>) -> cuda_graph::Result<()> {
+    /// let (alloc_node, scratch) = def.add_mem_alloc(&[], 1024 * 4)?;
+    /// // SAFETY: used only by the two nodes below, which run after `alloc_node` and before the
+    /// // free node.
+    /// let tmp = unsafe { scratch.as_buffer::<i32>()? };
+    /// let set = def.add_memset(&[&alloc_node], &tmp, 7i32)?;
+    /// let copied = def.add_kernel(&[&set], copy, LaunchConfig::for_num_elems(1024), (&tmp, out))?;
+    /// def.add_mem_free(&[&copied], scratch)?;
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn as_buffer<T: DeviceCopy>(&self) -> Result<DeviceBuffer<T>> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 || self.bytes % size != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a graph allocation of {} bytes is not a whole number of `{}`s",
+                self.bytes,
+                std::any::type_name::<T>()
+            )));
+        }
+        let device = crate::Device::from_ctx(&self.ctx);
+        // SAFETY: the memory is an allocation of this context, mapped while the graph runs, and
+        // freed by the graph, not by the buffer (its owner is `()`); where and when it is used
+        // is the caller's promise above.
+        unsafe { DeviceBuffer::from_raw(&device, self.ptr, self.bytes / size, ()) }
+    }
 }
 
 impl GraphAllocation {
@@ -349,6 +393,7 @@ impl GraphAllocation {
     pub(crate) fn capture(
         rec: &mut Recording<'_>,
         stream: sys::CUstream,
+        ctx: &Arc<PrimaryContext>,
         bytes: usize,
     ) -> Result<GraphAllocation> {
         check_alloc_size(bytes)?;
@@ -388,7 +433,12 @@ impl GraphAllocation {
         let node = TypedNode::new(node::token(tree, graph, raw));
         // Until a free takes it, execs free it when they are dropped.
         tree.unfreed.insert((graph, node.raw), ptr);
-        Ok(GraphAllocation { ptr, bytes, node })
+        Ok(GraphAllocation {
+            ptr,
+            bytes,
+            node,
+            ctx: ctx.clone(),
+        })
     }
 
     /// Records the free of this allocation into the capture of `stream` (`cuMemFreeAsync` on a
@@ -971,6 +1021,7 @@ impl GraphDefinition {
                 ptr: params.dptr,
                 bytes,
                 node,
+                ctx: self.handle().ctx.clone(),
             },
         ))
     }

@@ -26,6 +26,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         slices_carry_their_length,
     ),
     (
+        "kernels::graph_allocations_as_buffers",
+        Needs::Gpu,
+        graph_allocations_as_buffers,
+    ),
+    (
         "kernels::typed_kernels_set_conditions",
         Needs::Conditional(DriverVersion::V12_3),
         typed_kernels_set_conditions,
@@ -242,5 +247,57 @@ fn slices_carry_their_length(gpu: &Gpu) -> TestResult {
             other => return Err(format!("expected a refused declaration, got {other:?}").into()),
         }
     }
+    Ok(())
+}
+
+fn graph_allocations_as_buffers(gpu: &Gpu) -> TestResult {
+    // SAFETY: copy_slice_i32(Slice<const int>, Slice<int>) copies min(len) elements.
+    let copy = unsafe {
+        gpu.module
+            .kernel::<(Slice<i32>, Slice<i32>)>("copy_slice_i32")?
+    };
+    // SAFETY: fill_slice(Slice<int> p, int v) writes p.ptr[i] for i < p.len only.
+    let fill = unsafe { gpu.module.kernel::<(Slice<i32>, i32)>("fill_slice")? };
+    let s = gpu.stream();
+    let big = LaunchConfig::for_num_elems(1024);
+    // A definition: alloc -> memset -> fill half -> copy out -> free.
+    let out = gpu.device.alloc_zeroed::<i32>(8)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (alloc, scratch) = def.add_mem_alloc(&[], 8 * 4)?;
+    // SAFETY: used only by the nodes below, each after `alloc` and before the free node.
+    let tmp = unsafe { scratch.as_buffer::<i32>()? };
+    assert_eq!(tmp.len(), 8);
+    let set = def.add_memset(&[&alloc], &tmp, 5i32)?;
+    let half = def.add_kernel(&[&set], &fill, big, (&tmp.slice(4..)?, 9))?;
+    let copied = def.add_kernel(&[&half], &copy, big, (&tmp, &out))?;
+    def.add_mem_free(&[&copied], scratch)?;
+    let exec = def.instantiate()?;
+    for _ in 0..3 {
+        exec.launch(&s)?;
+    }
+    s.synchronize()?;
+    assert_eq!(out.to_vec()?, [5, 5, 5, 5, 9, 9, 9, 9]);
+    // A capture: alloc_async -> memset -> copy (memcpy) out -> free_async.
+    let out2 = gpu.device.alloc_zeroed::<i32>(4)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let scratch = b.alloc_async(4 * 4)?;
+    // SAFETY: used only in this capture, between its allocation and its free, on one stream.
+    let tmp = unsafe { scratch.as_buffer::<i32>()? };
+    b.memset_d32(&tmp, 3)?;
+    b.launch(&fill, big, (&tmp.slice(..1)?, 1))?;
+    b.memcpy_dtod(&out2, &tmp)?;
+    b.free_async(scratch)?;
+    let g = b.end_building()?.instantiate()?;
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(out2.to_vec()?, [1, 3, 3, 3]);
+    // Sizes that are not a whole number of elements are refused.
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (_, odd) = def.add_mem_alloc(&[], 6)?;
+    // SAFETY: refused before any use.
+    assert!(matches!(
+        unsafe { odd.as_buffer::<i32>() },
+        Err(Error::InvalidArgument(_))
+    ));
     Ok(())
 }
