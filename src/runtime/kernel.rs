@@ -115,18 +115,19 @@ arg_for! {
 ///
 /// A marker type: it appears in signatures, never as a value.
 ///
+/// ```text
+/// template <typename T> struct Slice { T* ptr; unsigned long long len; };
+/// extern "C" __global__ void fill(Slice<int> p, int v) {
+///     for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < p.len;
+///          i += blockDim.x * gridDim.x)
+///         p.ptr[i] = v;
+/// }
+/// ```
+///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
-/// # fn f(device: &Device, stream: &Stream) -> cuda_graph::Result<()> {
-/// let module = device.compile(r#"
-///     template <typename T> struct Slice { T* ptr; unsigned long long len; };
-///     extern "C" __global__ void fill(Slice<int> p, int v) {
-///         for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < p.len;
-///              i += blockDim.x * gridDim.x)
-///             p.ptr[i] = v;
-///     }
-/// "#)?;
-/// // SAFETY: `fill` writes p.ptr[i] for i < p.len only.
+/// # fn f(module: &Module, device: &Device, stream: &Stream) -> cuda_graph::Result<()> {
+/// // SAFETY: `fill` (above) writes p.ptr[i] for i < p.len only.
 /// let fill = unsafe { module.kernel::<(Slice<i32>, i32)>("fill")? };
 /// let buf = device.alloc_zeroed::<i32>(1000)?;
 /// stream.launch(&fill, LaunchConfig::for_num_elems(1000), (&buf, 7))?;
