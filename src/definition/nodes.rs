@@ -371,7 +371,7 @@ impl GraphAllocation {
     /// ```
     pub unsafe fn as_buffer<T: DeviceCopy>(&self) -> Result<DeviceBuffer<T>> {
         let size = std::mem::size_of::<T>();
-        if size == 0 || self.bytes % size != 0 {
+        if size == 0 || !self.bytes.is_multiple_of(size) {
             return Err(Error::InvalidArgument(format!(
                 "a graph allocation of {} bytes is not a whole number of `{}`s",
                 self.bytes,
