@@ -51,11 +51,34 @@ fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
             }
             b.end_building()?;
         }
+        "explicit-typed" => {
+            // SAFETY: add_one(int* p) touches p[0] of the 64-int buffer.
+            let k = unsafe { module.kernel::<(*mut i32,)>("add_one")? };
+            let def = GraphDefinition::new(&device)?;
+            let mut prev: Option<GraphNode> = None;
+            for _ in 0..n {
+                let deps: &[&GraphNode] = match &prev {
+                    Some(p) => &[p],
+                    None => &[],
+                };
+                prev = Some(def.add_kernel(deps, &k, LaunchConfig::single(), &buf)?.node());
+            }
+        }
+        "capture-typed" => {
+            // SAFETY: as above.
+            let k = unsafe { module.kernel::<(*mut i32,)>("add_one")? };
+            let stream = device.create_stream()?;
+            let b = stream.create_graph_builder().begin_building(Relaxed)?;
+            for _ in 0..n {
+                b.launch(&k, LaunchConfig::single(), &buf)?;
+            }
+            b.end_building()?;
+        }
         "raw-explicit" => raw_explicit(&f, n)?,
         "raw-capture" => raw_capture(&device, &f, n)?,
         other => {
             return Err(Error::InvalidArgument(format!(
-                "unknown case {other:?}: explicit, explicit-buf, capture, capture-buf, raw-explicit, raw-capture"
+                "unknown case {other:?}: explicit, explicit-buf, explicit-typed, capture, capture-buf, capture-typed, raw-explicit, raw-capture"
             )))
         }
     }
