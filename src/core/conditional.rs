@@ -57,8 +57,8 @@ impl crate::runtime::kernel_sealed::Param for ConditionalHandle {
     const SIZE: usize = std::mem::size_of::<sys::CUgraphConditionalHandle>();
 }
 crate::runtime::arg_for! {
-    [] ConditionalHandle => ConditionalHandle;
-    [] &ConditionalHandle => ConditionalHandle;
+    [] ConditionalHandle => ConditionalHandle, |h, r| r.value(&h.raw);
+    [] &ConditionalHandle => ConditionalHandle, |h, r| r.value(&h.raw);
 }
 
 /// Creates a conditional handle in `graph` (`cuGraphConditionalHandleCreate`), for builders and

@@ -539,10 +539,29 @@ impl GraphDefinition {
         config: LaunchConfig,
         args: impl crate::ArgsFor<S>,
     ) -> Result<KernelNode> {
-        let args = crate::runtime::collect_args(args);
-        // SAFETY: `Kernel`'s maker promised its signature and bounds; `args` matches the
-        // signature (checked by `ArgsFor`) and holds no graph allocation.
-        unsafe { self.add_kernel_unchecked(deps, kernel.function(), config, &args) }
+        let function = kernel.function();
+        self.same_device(&function.module.ctx, "kernel's module")?;
+        crate::runtime::with_refs(&args, |refs| {
+            let params = config.kernel_node_params(function, refs.params(), self.handle().ctx.raw);
+            let keep = |owners: &mut Owners| {
+                owners.reserve_exact(1 + refs.owners.len());
+                owners.push(function.module.clone());
+                for o in &refs.owners {
+                    owners.push(match *o {
+                        crate::runtime::OwnerRef::Alloc(alloc) => alloc.clone(),
+                        crate::runtime::OwnerRef::Other(owner) => owner.clone(),
+                    });
+                }
+            };
+            self.add_node_with(deps, &[], keep, |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params`
+                // points at argument bytes that outlive the call (the driver copies them);
+                // `Kernel`'s maker promised its signature and bounds, and the arguments match
+                // it (checked by `ArgsFor`).
+                unsafe { driver::graph::add_kernel_node(out, g, d, n, &params) }
+            })
+            .map(TypedNode::new)
+        })
     }
 
     /// Adds a kernel launch node of an untyped `function` (`cuGraphAddKernelNode`): the raw form

@@ -795,7 +795,8 @@ impl Drop for DeviceLaunchKeep {
 #[must_use = "a device handle does nothing until a kernel takes it as an argument"]
 pub struct DeviceGraph {
     raw: u64,
-    keep: Arc<DeviceLaunchKeep>,
+    /// The exec's [`DeviceLaunchKeep`], as the owner a graph holds.
+    keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
 impl std::fmt::Debug for DeviceGraph {
@@ -839,8 +840,8 @@ impl crate::runtime::kernel_sealed::Param for DeviceGraph {
     const SIZE: usize = std::mem::size_of::<u64>();
 }
 crate::runtime::arg_for! {
-    [] DeviceGraph => DeviceGraph;
-    [] &DeviceGraph => DeviceGraph;
+    [] DeviceGraph => DeviceGraph, |g, r| r.other(&g.raw, &g.keep);
+    [] &DeviceGraph => DeviceGraph, |g, r| r.other(&g.raw, &g.keep);
 }
 
 /// An exec and the graph it was instantiated from, dropped in that order, the exec under the

@@ -1,9 +1,15 @@
 //! Typed kernels: a kernel's parameter list declared once (`unsafe`), then checked launches.
 
+use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use super::{DeviceBuffer, DeviceCopy, Function, KernelArg, KernelArgs, Module};
 use crate::driver;
+use crate::driver::graph::Owner;
+use crate::driver::memory::DeviceAlloc;
 use crate::error::{Error, Result};
 
 /// The traits that keep [`Signature`], [`KernelParam`], [`ArgFor`] and [`ArgsFor`] closed: the
@@ -27,12 +33,16 @@ pub(crate) mod sealed {
     pub trait ArgFor<P> {
         /// Appends this value as a `P` parameter.
         fn push_as(&self, args: &mut KernelArgs);
+        /// Points `refs` at this value's bytes as a `P` parameter, and at what it keeps alive.
+        fn refs_as<'a>(&'a self, refs: &mut super::ArgRefs<'a>);
     }
 
     /// A tuple of arguments for the signature `S`.
     pub trait ArgsFor<S> {
         /// Appends every argument, in order.
         fn push_all(self, args: &mut KernelArgs);
+        /// Points `refs` at every argument, in order.
+        fn refs_all<'a>(&'a self, refs: &mut super::ArgRefs<'a>);
     }
 }
 
@@ -86,10 +96,14 @@ pub trait ArgFor<P: KernelParam>: KernelArg + sealed::ArgFor<P> {}
 /// supertrait: it lets coherence see that a one-tuple is never itself an argument, so a
 /// one-parameter kernel takes its argument bare or in a tuple.)
 macro_rules! arg_for {
-    ($( [$($g:tt)*] $a:ty => $p:ty; )*) => {$(
+    ($( [$($g:tt)*] $a:ty => $p:ty, |$this:ident, $refs:ident| $body:expr; )*) => {$(
         impl<$($g)*> $crate::runtime::kernel_sealed::ArgFor<$p> for $a {
             fn push_as(&self, args: &mut $crate::KernelArgs) {
                 $crate::KernelArg::push_to(self, args);
+            }
+            fn refs_as<'a>(&'a self, $refs: &mut $crate::runtime::ArgRefs<'a>) {
+                let $this = self;
+                $body
             }
         }
         impl<$($g)*> $crate::ArgFor<$p> for $a {}
@@ -98,12 +112,14 @@ macro_rules! arg_for {
 pub(crate) use arg_for;
 
 arg_for! {
-    [T: DeviceCopy] T => T;
-    [] bool => bool;
-    [T: DeviceCopy] &DeviceBuffer<T> => *mut T;
-    [T: DeviceCopy] &DeviceBuffer<T> => *const T;
-    [T: DeviceCopy] &mut DeviceBuffer<T> => *mut T;
-    [T: DeviceCopy] &mut DeviceBuffer<T> => *const T;
+    // A value is passed from where it is: the caller's tuple, alive until the call returns.
+    [T: DeviceCopy] T => T, |v, r| r.value(v);
+    // A C++ `bool` is one byte, 0 or 1: Rust's `bool` exactly.
+    [] bool => bool, |v, r| r.value(v);
+    [T: DeviceCopy] &DeviceBuffer<T> => *mut T, |b, r| r.buffer(&b.alloc);
+    [T: DeviceCopy] &DeviceBuffer<T> => *const T, |b, r| r.buffer(&b.alloc);
+    [T: DeviceCopy] &mut DeviceBuffer<T> => *mut T, |b, r| r.buffer(&b.alloc);
+    [T: DeviceCopy] &mut DeviceBuffer<T> => *const T, |b, r| r.buffer(&b.alloc);
 }
 
 /// A buffer passed with its length: the kernel parameter
@@ -165,11 +181,17 @@ impl<T: DeviceCopy> sealed::ArgFor<Slice<T>> for &DeviceBuffer<T> {
         });
         args.keep_alive(self.alloc.clone());
     }
+    fn refs_as<'a>(&'a self, refs: &mut ArgRefs<'a>) {
+        refs.slice(&self.alloc, self.len());
+    }
 }
 impl<T: DeviceCopy> ArgFor<Slice<T>> for &DeviceBuffer<T> {}
 impl<T: DeviceCopy> sealed::ArgFor<Slice<T>> for &mut DeviceBuffer<T> {
     fn push_as(&self, args: &mut KernelArgs) {
         sealed::ArgFor::<Slice<T>>::push_as(&&**self, args);
+    }
+    fn refs_as<'a>(&'a self, refs: &mut ArgRefs<'a>) {
+        refs.slice(&self.alloc, self.len());
     }
 }
 impl<T: DeviceCopy> ArgFor<Slice<T>> for &mut DeviceBuffer<T> {}
@@ -203,6 +225,11 @@ macro_rules! signatures {
                 let ($($a,)*) = self;
                 $( sealed::ArgFor::<$p>::push_as(&$a, args); )*
             }
+            #[allow(non_snake_case, unused_variables)]
+            fn refs_all<'a>(&'a self, refs: &mut ArgRefs<'a>) {
+                let ($($a,)*) = self;
+                $( sealed::ArgFor::<$p>::refs_as($a, refs); )*
+            }
         }
         impl<$($p: KernelParam, $a: ArgFor<$p>),*> ArgsFor<($($p,)*)> for ($($a,)*) {}
     )*};
@@ -228,6 +255,9 @@ signatures! {
 impl<P: KernelParam, A: ArgFor<P>> sealed::ArgsFor<(P,)> for A {
     fn push_all(self, args: &mut KernelArgs) {
         sealed::ArgFor::<P>::push_as(&self, args);
+    }
+    fn refs_all<'a>(&'a self, refs: &mut ArgRefs<'a>) {
+        sealed::ArgFor::<P>::refs_as(self, refs);
     }
 }
 impl<P: KernelParam, A: ArgFor<P>> ArgsFor<(P,)> for A {}
@@ -307,6 +337,108 @@ impl<S: Signature> Kernel<S> {
     pub fn args(&self, args: impl ArgsFor<S>) -> KernelArgs {
         collect(args)
     }
+}
+
+/// What owns an argument's memory, borrowed for one launch or node.
+#[derive(Clone, Copy)]
+pub enum OwnerRef<'a> {
+    /// A buffer's allocation.
+    Alloc(&'a Arc<DeviceAlloc>),
+    /// Anything else (a device graph's exec).
+    Other(&'a Owner),
+}
+
+/// A typed launch's arguments as the driver takes them, gathered without allocating: a pointer
+/// per parameter into the arguments themselves (or into `slices`, for `Slice<T>` headers), and
+/// the owners to keep alive, borrowed. Made and used on one stack frame
+/// ([`with_refs`]): the pointers are valid while the arguments and this value are.
+pub struct ArgRefs<'a> {
+    /// One pointer per parameter, the first `len` written.
+    ptrs: [std::mem::MaybeUninit<*mut c_void>; MAX_PARAMS],
+    len: usize,
+    /// The `Slice<T>` headers, the first `nslices` written.
+    slices: [std::mem::MaybeUninit<RawSlice>; MAX_PARAMS],
+    nslices: usize,
+    pub(crate) owners: SmallVec<[OwnerRef<'a>; 4]>,
+}
+
+impl std::fmt::Debug for ArgRefs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArgRefs")
+            .field("params", &self.len)
+            .field("owners", &self.owners.len())
+            .finish()
+    }
+}
+
+/// The most parameters a typed kernel has (the largest [`Signature`] tuple).
+const MAX_PARAMS: usize = 12;
+
+impl<'a> ArgRefs<'a> {
+    /// A parameter whose bytes are `value`'s.
+    pub(crate) fn value<T>(&mut self, value: &'a T) {
+        self.push((value as *const T).cast_mut().cast());
+    }
+
+    /// A `T*` parameter: the address stored in the allocation, which the graph keeps.
+    pub(crate) fn buffer(&mut self, alloc: &'a Arc<DeviceAlloc>) {
+        self.push((&alloc.ptr as *const u64).cast_mut().cast());
+        self.owners.push(OwnerRef::Alloc(alloc));
+    }
+
+    /// A `Slice<T>` parameter: address and length, in a header kept here.
+    fn slice(&mut self, alloc: &'a Arc<DeviceAlloc>, len: usize) {
+        let i = self.nslices.min(MAX_PARAMS - 1);
+        let header = self.slices[i].write(RawSlice {
+            ptr: alloc.ptr,
+            len: len as u64,
+        });
+        let p = (header as *const RawSlice).cast_mut().cast();
+        self.nslices = i + 1;
+        self.push(p);
+        self.owners.push(OwnerRef::Alloc(alloc));
+    }
+
+    /// A parameter with bytes of its own and an owner that is not a buffer.
+    pub(crate) fn other(&mut self, value: &'a u64, owner: &'a Owner) {
+        self.push((value as *const u64).cast_mut().cast());
+        self.owners.push(OwnerRef::Other(owner));
+    }
+
+    fn push(&mut self, p: *mut c_void) {
+        // A signature has at most `MAX_PARAMS` parameters (the tuples implemented).
+        if let Some(slot) = self.ptrs.get_mut(self.len) {
+            slot.write(p);
+            self.len += 1;
+        }
+    }
+
+    /// The `void**` the driver takes: null without parameters.
+    pub(crate) fn params(&mut self) -> *mut *mut c_void {
+        if self.len == 0 {
+            std::ptr::null_mut()
+        } else {
+            // The first `len` entries are written; the driver reads exactly as many as the
+            // kernel has parameters, which the signature matches.
+            self.ptrs.as_mut_ptr().cast()
+        }
+    }
+}
+
+/// Runs `f` with `args` gathered as [`ArgRefs`] on this stack frame.
+pub(crate) fn with_refs<S: Signature, R>(
+    args: &impl ArgsFor<S>,
+    f: impl FnOnce(&mut ArgRefs<'_>) -> R,
+) -> R {
+    let mut refs = ArgRefs {
+        ptrs: [std::mem::MaybeUninit::uninit(); MAX_PARAMS],
+        len: 0,
+        slices: [std::mem::MaybeUninit::uninit(); MAX_PARAMS],
+        nslices: 0,
+        owners: SmallVec::new(),
+    };
+    sealed::ArgsFor::refs_all(args, &mut refs);
+    f(&mut refs)
 }
 
 /// Collects typed arguments into [`KernelArgs`].
@@ -435,6 +567,20 @@ mod tests {
             assert_eq!(*(p[2] as *const f32), 0.5);
             assert_eq!(*(p[3] as *const u8), 1);
         }
+        // The same arguments as the driver gets them on the launch path: pointers into the tuple.
+        let t = (7u8, -2i64, 0.5f32, true);
+        with_refs::<(u8, i64, f32, bool), _>(&t, |r| {
+            let p = r.params();
+            assert!(r.owners.is_empty());
+            // SAFETY: `p` holds 4 pointers, each at the tuple's element of the declared type.
+            unsafe {
+                assert_eq!(*(*p.add(0) as *const u8), 7);
+                assert_eq!(*(*p.add(1) as *const i64), -2);
+                assert_eq!(*(*p.add(2) as *const f32), 0.5);
+                assert_eq!(*(*p.add(3) as *const u8), 1);
+            }
+        });
+        with_refs::<(), _>(&(), |r| assert!(r.params().is_null()));
         let one = args_of::<(u32,)>(9);
         assert_eq!(one.len(), 1);
         assert_eq!(args_of::<()>(()).len(), 0);

@@ -16,7 +16,9 @@ pub(crate) use buffer::bounds as buffer_bounds;
 pub use buffer::{DeviceBuffer, DeviceCopy};
 pub use device::{Device, GraphMemoryUsage};
 pub use event::{Event, EventOptions};
-pub(crate) use kernel::{arg_for, collect as collect_args, sealed as kernel_sealed};
+pub(crate) use kernel::{
+    arg_for, collect as collect_args, sealed as kernel_sealed, with_refs, ArgRefs, OwnerRef,
+};
 pub use kernel::{ArgFor, ArgsFor, Kernel, KernelParam, Signature, Slice};
 pub use launch::{KernelArg, KernelArgs, LaunchConfig};
 pub use module::{Function, Module};

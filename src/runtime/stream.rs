@@ -333,10 +333,41 @@ impl Stream {
         config: LaunchConfig,
         args: impl crate::ArgsFor<S>,
     ) -> Result<()> {
-        let args = super::collect_args(args);
-        // SAFETY: `Kernel`'s maker promised its signature and bounds; `args` matches the
-        // signature (checked by `ArgsFor`).
-        unsafe { self.launch_unchecked(kernel.function(), config, &args) }
+        let function = kernel.function();
+        let (g, b) = (config.grid, config.block);
+        super::with_refs(&args, |refs| {
+            let params = refs.params();
+            self.enqueue(|rec| {
+                if !rec.capturing() {
+                    for o in &refs.owners {
+                        if let super::OwnerRef::Alloc(alloc) = o {
+                            alloc.check_stream(self.raw())?;
+                        }
+                    }
+                }
+                rec.keep(&function.module);
+                for o in &refs.owners {
+                    match *o {
+                        super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
+                        super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
+                    }
+                }
+                // SAFETY: the context is current (bound by `enqueue`); `params` points at one
+                // pointer per parameter, each at argument bytes that live until the call returns
+                // (the driver copies them); `Kernel`'s maker promised its signature and bounds,
+                // and the arguments match the signature (checked by `ArgsFor`).
+                unsafe {
+                    driver::stream::launch_kernel(
+                        function.raw,
+                        g,
+                        b,
+                        config.shared_mem_bytes,
+                        self.raw(),
+                        params,
+                    )
+                }
+            })
+        })
     }
 
     /// Launches an untyped `function` on this stream (or into its capture): the raw form of
