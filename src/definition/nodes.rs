@@ -542,6 +542,7 @@ impl GraphDefinition {
         let function = kernel.function();
         self.same_device(&function.module.ctx, "kernel's module")?;
         crate::runtime::with_refs(&args, |refs| {
+            refs.check_device(self.handle().ctx.device, "graph")?;
             let params = config.kernel_node_params(function, refs.params(), self.handle().ctx.raw);
             let keep = |owners: &mut Owners| {
                 owners.reserve_exact(1 + refs.owners.len());

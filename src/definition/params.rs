@@ -117,24 +117,28 @@ impl<K: NodeKind> NodeParams<K> {
 
 impl NodeParams<node_kind::Kernel> {
     /// A launch of a typed `kernel` with `config` and `args`, one per parameter of its
-    /// signature, checked at compile time, for a [`KernelNode`](crate::KernelNode). The kernel's
+    /// signature, checked at compile time, for a [`KernelNode`](crate::KernelNode). A buffer of
+    /// another device than the kernel's is an [`Error::InvalidArgument`]. The kernel's
     /// module and every buffer given are held by the node or exec that takes them.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # fn f(g: &mut Graph, k: &KernelNode, affine: &Kernel<(*mut i32, i32, i32)>, other: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
-    /// g.set_params(k, NodeParams::kernel(affine, LaunchConfig::single(), (other, 3, 0)))?;
+    /// g.set_params(k, NodeParams::kernel(affine, LaunchConfig::single(), (other, 3, 0))?)?;
     /// # Ok(()) }
     /// ```
     pub fn kernel<S: crate::Signature>(
         kernel: &crate::Kernel<S>,
         config: LaunchConfig,
         args: impl crate::ArgsFor<S>,
-    ) -> Self {
+    ) -> Result<Self> {
+        let device = kernel.function().module.ctx.device;
+        crate::runtime::with_refs(&args, |refs| refs.check_device(device, "kernel's module"))?;
         let args = crate::runtime::collect_args(args);
         // SAFETY: `Kernel`'s maker promised its signature and bounds; `args` matches the
-        // signature (checked by `ArgsFor`) and holds no graph allocation.
-        unsafe { Self::kernel_unchecked(kernel.function(), config, args) }
+        // signature (checked by `ArgsFor`), holds no graph allocation, and lives on the kernel's
+        // device (checked above).
+        Ok(unsafe { Self::kernel_unchecked(kernel.function(), config, args) })
     }
 
     /// A launch of an untyped `function` with `config` and `args` (moved in: the parameters keep

@@ -267,8 +267,9 @@ impl<P: KernelParam, A: ArgFor<P>> ArgsFor<(P,)> for A {}
 /// ([`Stream::launch`](crate::Stream::launch), a capture's
 /// [`launch`](crate::GraphBuilder::launch), [`GraphDefinition::add_kernel`](crate::GraphDefinition::add_kernel),
 /// [`NodeParams::kernel`](crate::NodeParams::kernel)) is safe: the arguments are checked against
-/// the declaration at compile time, and buffers passed are kept alive by every graph that uses
-/// them.
+/// the declaration at compile time, buffers passed are kept alive by every graph that uses
+/// them, and a buffer (or the kernel's module) of another device than the stream's or graph's is
+/// an [`Error::InvalidArgument`] (peer access is not assumed).
 ///
 /// Made by [`Module::kernel`] or [`Function::typed`] — the one `unsafe` step, where the caller
 /// promises that the declaration is the kernel's and that the kernel stays within what it is
@@ -411,6 +412,22 @@ impl<'a> ArgRefs<'a> {
             slot.write(p);
             self.len += 1;
         }
+    }
+
+    /// Refuses arguments in memory of another device than `device` (a kernel would
+    /// dereference an address that is not valid where it runs).
+    pub(crate) fn check_device(&self, device: i32, what: &str) -> Result<()> {
+        for o in &self.owners {
+            if let OwnerRef::Alloc(alloc) = *o {
+                if alloc.ctx.device != device {
+                    return Err(Error::InvalidArgument(format!(
+                        "a kernel argument is a buffer of device {}, but the {what} is on device {device}",
+                        alloc.ctx.device
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The `void**` the driver takes: null without parameters.

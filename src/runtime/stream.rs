@@ -335,7 +335,16 @@ impl Stream {
     ) -> Result<()> {
         let function = kernel.function();
         let (g, b) = (config.grid, config.block);
+        let device = self.handle.ctx.device;
+        if function.module.ctx.device != device {
+            return Err(Error::InvalidArgument(format!(
+                "kernel `{}` is loaded on device {}, but the stream is on device {device}",
+                function.name(),
+                function.module.ctx.device
+            )));
+        }
         super::with_refs(&args, |refs| {
+            refs.check_device(device, "stream")?;
             let params = refs.params();
             self.enqueue(|rec| {
                 if !rec.capturing() {

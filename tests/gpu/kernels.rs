@@ -79,11 +79,11 @@ fn typed_launches_in_every_front_end(gpu: &Gpu) -> TestResult {
     s.synchronize()?;
     assert_eq!(dst.to_vec()?, [1, 0, 1, 0]);
     // Per-node updates with typed parameters: the exec's, then the definition's.
-    exec.set_params(&k, NodeParams::kernel(&affine, one(), (&buf, 0, 9)))?;
+    exec.set_params(&k, NodeParams::kernel(&affine, one(), (&buf, 0, 9))?)?;
     exec.launch(&s)?;
     s.synchronize()?;
     assert_eq!(dst.to_vec()?, [9, 0, 1, 0]);
-    def.set_params(&c, NodeParams::kernel(&copy, one(), (&dst, &buf, 4)))?;
+    def.set_params(&c, NodeParams::kernel(&copy, one(), (&dst, &buf, 4))?)?;
     let info = def.inspect(&c)?;
     assert!(format!("{info:?}").contains("copy_i32"), "{info:?}");
     Ok(())

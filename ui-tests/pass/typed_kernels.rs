@@ -25,7 +25,7 @@ fn flow(device: &Device, module: &Module, stream: &Stream) -> cuda_graph::Result
     let graph = builder.end_building()?.instantiate()?;
     let def = GraphDefinition::new(device)?;
     let k = def.add_kernel(&[], &affine, cfg, (&buf, 1, 1))?;
-    def.set_params(&k, NodeParams::kernel(&affine, cfg, (&buf, 1, 2)))?;
+    def.set_params(&k, NodeParams::kernel(&affine, cfg, (&buf, 1, 2))?)?;
     let _ = (graph, k);
     Ok(())
 }
