@@ -57,8 +57,8 @@ impl crate::runtime::kernel_sealed::Param for ConditionalHandle {
     const SIZE: usize = std::mem::size_of::<sys::CUgraphConditionalHandle>();
 }
 crate::runtime::arg_for! {
-    [] ConditionalHandle => ConditionalHandle, |h, r| r.value(&h.raw);
-    [] &ConditionalHandle => ConditionalHandle, |h, r| r.value(&h.raw);
+    [] ConditionalHandle => ConditionalHandle, |h, r| r.handle(&h.raw, h.graph_id);
+    [] &ConditionalHandle => ConditionalHandle, |h, r| r.handle(&h.raw, h.graph_id);
 }
 
 /// Creates a conditional handle in `graph` (`cuGraphConditionalHandleCreate`), for builders and

@@ -543,6 +543,7 @@ impl GraphDefinition {
         self.same_device(&function.module.ctx, "kernel's module")?;
         crate::runtime::with_refs(&args, |refs| {
             refs.check_device(self.handle().ctx.device, "graph")?;
+            refs.check_target(Some(self.handle()))?;
             let params = config.kernel_node_params(function, refs.params(), self.handle().ctx.raw);
             let keep = |owners: &mut Owners| {
                 owners.reserve_exact(1 + refs.owners.len());
@@ -550,7 +551,7 @@ impl GraphDefinition {
                 for o in &refs.owners {
                     owners.push(match *o {
                         crate::runtime::OwnerRef::Alloc(alloc) => alloc.clone(),
-                        crate::runtime::OwnerRef::Other(owner) => owner.clone(),
+                        crate::runtime::OwnerRef::Other(owner, _) => owner.clone(),
                     });
                 }
             };

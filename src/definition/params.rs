@@ -48,6 +48,9 @@ pub struct NodeParams<K: NodeKind> {
     pub(crate) owners: Owners,
     /// The device whose memory or modules the parameters use (`None`: no device's).
     device: Option<i32>,
+    /// The graphs of the conditional handles a typed kernel's arguments hold: the node's graph
+    /// must be one of them or a body or child of one.
+    handles: smallvec::SmallVec<[u64; 1]>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -100,8 +103,22 @@ impl<K: NodeKind> NodeParams<K> {
             raw,
             owners,
             device,
+            handles: smallvec::SmallVec::new(),
             kind: PhantomData,
         }
+    }
+
+    /// Refuses conditional handles of graphs outside `graph`'s chain (the graph the node is in,
+    /// and the graphs whose body or child it is).
+    pub(crate) fn check_handles(&self, graph: &crate::driver::graph::GraphHandle) -> Result<()> {
+        if self
+            .handles
+            .iter()
+            .any(|&h| !graph.any_in_chain(|id| id == h))
+        {
+            return Err(Error::ForeignConditionalHandle);
+        }
+        Ok(())
     }
 
     /// Refuses parameters of another device than `graph`'s.
@@ -133,12 +150,18 @@ impl NodeParams<node_kind::Kernel> {
         args: impl crate::ArgsFor<S>,
     ) -> Result<Self> {
         let device = kernel.function().module.ctx.device;
-        crate::runtime::with_refs(&args, |refs| refs.check_device(device, "kernel's module"))?;
+        let handles = crate::runtime::with_refs(&args, |refs| {
+            refs.check_device(device, "kernel's module")
+                .map(|()| refs.handle_graphs().iter().copied().collect())
+        })?;
         let args = crate::runtime::collect_args(args);
         // SAFETY: `Kernel`'s maker promised its signature and bounds; `args` matches the
         // signature (checked by `ArgsFor`), holds no graph allocation, and lives on the kernel's
-        // device (checked above).
-        Ok(unsafe { Self::kernel_unchecked(kernel.function(), config, args) })
+        // device (checked above); its conditional handles are checked against the node's graph
+        // by `set_params`.
+        let mut params = unsafe { Self::kernel_unchecked(kernel.function(), config, args) };
+        params.handles = handles;
+        Ok(params)
     }
 
     /// A launch of an untyped `function` with `config` and `args` (moved in: the parameters keep
@@ -607,6 +630,7 @@ impl GraphDefinition {
     ) -> Result<()> {
         let graph = self.handle();
         params.check_device(graph.ctx.device)?;
+        params.check_handles(graph)?;
         graph.ctx.bind_cached()?;
         let NodeParams {
             raw, mut owners, ..

@@ -537,9 +537,11 @@ impl Graph {
     /// instantiated with [`InstantiateOptions::device_launch`]; the first call uploads it
     /// (`cuGraphUpload`, waited for), as device launch requires.
     ///
-    /// CUDA's rules for what device code may do stay the caller's, since launching the kernel is
-    /// `unsafe`: the launching kernel must itself run in a graph, and the exec must hold only
-    /// kernel, memcpy and memset nodes on one device (instantiation refuses other nodes).
+    /// A typed kernel ([`Kernel`](crate::Kernel) with a `DeviceGraph` parameter) that takes it
+    /// is refused on a plain stream — device launch needs the launching kernel to run in a graph
+    /// — and refused with a handle of another device; the exec must hold only kernel, memcpy
+    /// and memset nodes on one device (instantiation refuses other nodes). Through the untyped
+    /// `launch_unchecked` / `add_kernel_unchecked`, CUDA's rules are the caller's.
     ///
     /// Once a handle exists the exec is launched by device code whenever a graph holding it runs,
     /// which the host cannot see: [`update`](Self::update),
@@ -583,6 +585,7 @@ impl Graph {
         Ok(DeviceGraph {
             raw: self.exec.raw as u64,
             keep,
+            device: self.exec.ctx.device,
         })
     }
 
@@ -797,6 +800,8 @@ pub struct DeviceGraph {
     raw: u64,
     /// The exec's [`DeviceLaunchKeep`], as the owner a graph holds.
     keep: Arc<dyn std::any::Any + Send + Sync>,
+    /// The exec's device.
+    device: i32,
 }
 
 impl std::fmt::Debug for DeviceGraph {
@@ -840,8 +845,8 @@ impl crate::runtime::kernel_sealed::Param for DeviceGraph {
     const SIZE: usize = std::mem::size_of::<u64>();
 }
 crate::runtime::arg_for! {
-    [] DeviceGraph => DeviceGraph, |g, r| r.other(&g.raw, &g.keep);
-    [] &DeviceGraph => DeviceGraph, |g, r| r.other(&g.raw, &g.keep);
+    [] DeviceGraph => DeviceGraph, |g, r| r.other(&g.raw, &g.keep, g.device);
+    [] &DeviceGraph => DeviceGraph, |g, r| r.other(&g.raw, &g.keep, g.device);
 }
 
 /// An exec and the graph it was instantiated from, dropped in that order, the exec under the

@@ -98,6 +98,7 @@ impl Graph {
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;
+        params.check_handles(&source)?;
         let NodeParams {
             raw, mut owners, ..
         } = params;

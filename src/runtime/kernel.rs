@@ -345,8 +345,8 @@ impl<S: Signature> Kernel<S> {
 pub enum OwnerRef<'a> {
     /// A buffer's allocation.
     Alloc(&'a Arc<DeviceAlloc>),
-    /// Anything else (a device graph's exec).
-    Other(&'a Owner),
+    /// Anything else (a device graph's exec), with its device.
+    Other(&'a Owner, i32),
 }
 
 /// A typed launch's arguments as the driver takes them, gathered without allocating: a pointer
@@ -355,12 +355,16 @@ pub enum OwnerRef<'a> {
 /// ([`with_refs`]): the pointers are valid while the arguments and this value are.
 pub struct ArgRefs<'a> {
     /// One pointer per parameter, the first `len` written.
-    ptrs: [std::mem::MaybeUninit<*mut c_void>; MAX_PARAMS],
+    ptrs: [*mut c_void; MAX_PARAMS],
     len: usize,
-    /// The `Slice<T>` headers, the first `nslices` written.
-    slices: [std::mem::MaybeUninit<RawSlice>; MAX_PARAMS],
+    /// Where the `Slice<T>` headers go: `MAX_PARAMS` of them in [`with_refs`]'s frame, only ever
+    /// reached through this one raw pointer (so every header pointer handed to the driver stays
+    /// valid); the first `nslices` written.
+    slices: *mut RawSlice,
     nslices: usize,
     pub(crate) owners: SmallVec<[OwnerRef<'a>; 4]>,
+    /// The graphs of the conditional handles among the arguments.
+    handles: SmallVec<[u64; 1]>,
 }
 
 impl std::fmt::Debug for ArgRefs<'_> {
@@ -390,26 +394,64 @@ impl<'a> ArgRefs<'a> {
     /// A `Slice<T>` parameter: address and length, in a header kept here.
     fn slice(&mut self, alloc: &'a Arc<DeviceAlloc>, len: usize) {
         let i = self.nslices.min(MAX_PARAMS - 1);
-        let header = self.slices[i].write(RawSlice {
-            ptr: alloc.ptr,
-            len: len as u64,
-        });
-        let p = (header as *const RawSlice).cast_mut().cast();
+        // SAFETY: `slices` points at `MAX_PARAMS` headers in `with_refs`'s frame, which outlive
+        // this value; `i < MAX_PARAMS`.
+        let header = unsafe { self.slices.add(i) };
+        // SAFETY: as above; a `RawSlice` is plain data, written whole.
+        unsafe {
+            header.write(RawSlice {
+                ptr: alloc.ptr,
+                len: len as u64,
+            })
+        };
         self.nslices = i + 1;
-        self.push(p);
+        self.push(header.cast());
         self.owners.push(OwnerRef::Alloc(alloc));
     }
 
-    /// A parameter with bytes of its own and an owner that is not a buffer.
-    pub(crate) fn other(&mut self, value: &'a u64, owner: &'a Owner) {
+    /// A parameter with bytes of its own and an owner on `device` that is not a buffer.
+    pub(crate) fn other(&mut self, value: &'a u64, owner: &'a Owner, device: i32) {
         self.push((value as *const u64).cast_mut().cast());
-        self.owners.push(OwnerRef::Other(owner));
+        self.owners.push(OwnerRef::Other(owner, device));
+    }
+
+    /// A conditional handle of the graph `graph`.
+    pub(crate) fn handle(&mut self, value: &'a u64, graph: u64) {
+        self.push((value as *const u64).cast_mut().cast());
+        self.handles.push(graph);
+    }
+
+    /// The graphs of the conditional handles among the arguments.
+    pub(crate) fn handle_graphs(&self) -> &[u64] {
+        &self.handles
+    }
+
+    /// Refuses arguments that only a kernel in a graph may take, when the kernel goes to a plain
+    /// stream (`target` is `None`), and conditional handles of graphs outside `target`'s chain
+    /// (the graph, and the graphs whose body or child it is).
+    pub(crate) fn check_target(
+        &self,
+        target: Option<&crate::driver::graph::GraphHandle>,
+    ) -> Result<()> {
+        match target {
+            None if !self.handles.is_empty()
+                || self.owners.iter().any(|o| matches!(o, OwnerRef::Other(..))) =>
+            {
+                Err(Error::InvalidArgument(
+                    "a kernel that takes a conditional handle or a device graph runs only inside a graph: record it into a capture or add it to a definition".into(),
+                ))
+            }
+            Some(g) if self.handles.iter().any(|&h| !g.any_in_chain(|id| id == h)) => {
+                Err(Error::ForeignConditionalHandle)
+            }
+            _ => Ok(()),
+        }
     }
 
     fn push(&mut self, p: *mut c_void) {
         // A signature has at most `MAX_PARAMS` parameters (the tuples implemented).
         if let Some(slot) = self.ptrs.get_mut(self.len) {
-            slot.write(p);
+            *slot = p;
             self.len += 1;
         }
     }
@@ -418,13 +460,14 @@ impl<'a> ArgRefs<'a> {
     /// dereference an address that is not valid where it runs).
     pub(crate) fn check_device(&self, device: i32, what: &str) -> Result<()> {
         for o in &self.owners {
-            if let OwnerRef::Alloc(alloc) = *o {
-                if alloc.ctx.device != device {
-                    return Err(Error::InvalidArgument(format!(
-                        "a kernel argument is a buffer of device {}, but the {what} is on device {device}",
-                        alloc.ctx.device
-                    )));
-                }
+            let (theirs, kind) = match *o {
+                OwnerRef::Alloc(alloc) => (alloc.ctx.device, "a buffer"),
+                OwnerRef::Other(_, d) => (d, "a device graph"),
+            };
+            if theirs != device {
+                return Err(Error::InvalidArgument(format!(
+                    "a kernel argument is {kind} of device {theirs}, but the {what} is on device {device}"
+                )));
             }
         }
         Ok(())
@@ -435,9 +478,7 @@ impl<'a> ArgRefs<'a> {
         if self.len == 0 {
             std::ptr::null_mut()
         } else {
-            // The first `len` entries are written; the driver reads exactly as many as the
-            // kernel has parameters, which the signature matches.
-            self.ptrs.as_mut_ptr().cast()
+            self.ptrs.as_mut_ptr()
         }
     }
 }
@@ -447,12 +488,15 @@ pub(crate) fn with_refs<S: Signature, R>(
     args: &impl ArgsFor<S>,
     f: impl FnOnce(&mut ArgRefs<'_>) -> R,
 ) -> R {
+    let mut headers = [std::mem::MaybeUninit::<RawSlice>::uninit(); MAX_PARAMS];
     let mut refs = ArgRefs {
-        ptrs: [std::mem::MaybeUninit::uninit(); MAX_PARAMS],
+        ptrs: [std::ptr::null_mut(); MAX_PARAMS],
         len: 0,
-        slices: [std::mem::MaybeUninit::uninit(); MAX_PARAMS],
+        // Taken once; `headers` is not touched again while `refs` lives.
+        slices: headers.as_mut_ptr().cast(),
         nslices: 0,
         owners: SmallVec::new(),
+        handles: SmallVec::new(),
     };
     sealed::ArgsFor::refs_all(args, &mut refs);
     f(&mut refs)
@@ -475,8 +519,13 @@ impl Function {
     ///
     /// # Safety
     /// `S` is the kernel's parameter list, in order, each Rust type standing for the C++ type the
-    /// [`KernelParam`] table gives; and the kernel, given such arguments, accesses only memory
-    /// valid for it — in bounds of the buffers it is given, whatever its launch configuration.
+    /// [`KernelParam`] table gives (an array `[T; N]` stands for a struct holding `T[N]` by
+    /// value, not for a `T*`); and the kernel, given *any* arguments of those types, accesses
+    /// only memory valid for it — in bounds of the buffers it is given, whatever its launch
+    /// configuration and its other arguments (a kernel whose bounds come from a separate length
+    /// cannot promise that: give it a [`Slice<T>`] instead). Safe code may pass the same memory
+    /// for several parameters and use it from other streams meanwhile, so the kernel must not
+    /// rely on `__restrict__` or on exclusive access for anything but the values it computes.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -510,8 +559,8 @@ impl Module {
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # fn f(module: &Module) -> cuda_graph::Result<()> {
-    /// // SAFETY: `fill(int* p, int n, int v)` writes p[i] = v for i < n, one thread each.
-    /// let fill = unsafe { module.kernel::<(*mut i32, i32, i32)>("fill")? };
+    /// // SAFETY: `fill_slice(Slice<int> p, int v)` writes p.ptr[i] = v for i < p.len only.
+    /// let fill = unsafe { module.kernel::<(Slice<i32>, i32)>("fill_slice")? };
     /// # Ok(()) }
     /// ```
     pub unsafe fn kernel<S: Signature>(&self, name: &str) -> Result<Kernel<S>> {

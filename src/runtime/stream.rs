@@ -347,6 +347,7 @@ impl Stream {
             refs.check_device(device, "stream")?;
             let params = refs.params();
             self.enqueue(|rec| {
+                refs.check_target(rec.capture.map(|(graph, _)| &**graph))?;
                 if !rec.capturing() {
                     for o in &refs.owners {
                         if let super::OwnerRef::Alloc(alloc) = o {
@@ -358,7 +359,7 @@ impl Stream {
                 for o in &refs.owners {
                     match *o {
                         super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
-                        super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
+                        super::OwnerRef::Other(owner, _) => rec.keep_dyn(owner),
                     }
                 }
                 // SAFETY: the context is current (bound by `enqueue`); `params` points at one

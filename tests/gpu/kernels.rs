@@ -205,6 +205,32 @@ fn typed_kernels_set_conditions(gpu: &Gpu) -> TestResult {
         s.synchronize()?;
         assert_eq!(buf.to_vec()?, [expect], "condition {value}");
     }
+    // A handle works only in its graph: refused on a plain stream, in another capture, and in
+    // another definition (directly and as node parameters).
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let h = b.create_conditional_handle(Some(0))?;
+    match s.launch(&set, one(), (h, 1)) {
+        Err(Error::InvalidArgument(t)) => assert!(t.contains("only inside a graph"), "{t}"),
+        r => return Err(format!("a handle on a plain stream: {r:?}").into()),
+    }
+    let other = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    assert!(matches!(
+        other.launch(&set, one(), (h, 1)),
+        Err(Error::ForeignConditionalHandle)
+    ));
+    drop(other);
+    let def = GraphDefinition::new(&gpu.device)?;
+    assert!(matches!(
+        def.add_kernel(&[], &set, one(), (h, 1)),
+        Err(Error::ForeignConditionalHandle)
+    ));
+    let own = def.create_conditional_handle(Some(0))?;
+    let k = def.add_kernel(&[], &set, one(), (own, 1))?;
+    assert!(matches!(
+        def.set_params(&k, NodeParams::kernel(&set, one(), (h, 1))?),
+        Err(Error::ForeignConditionalHandle)
+    ));
+    drop(b);
     Ok(())
 }
 
