@@ -541,8 +541,8 @@ impl GraphDefinition {
     ) -> Result<KernelNode> {
         let function = kernel.function();
         self.same_device(&function.module.ctx, "kernel's module")?;
-        crate::runtime::with_refs(&args, |refs| {
-            refs.check_device(self.handle().ctx.device, "graph")?;
+        crate::runtime::with_refs(&args, self.handle().ctx.device, |refs| {
+            refs.check_device("graph")?;
             refs.check_target(Some(self.handle()))?;
             let params = config.kernel_node_params(function, refs.params(), self.handle().ctx.raw);
             let keep = |owners: &mut Owners| {
@@ -551,7 +551,7 @@ impl GraphDefinition {
                 for o in &refs.owners {
                     owners.push(match *o {
                         crate::runtime::OwnerRef::Alloc(alloc) => alloc.clone(),
-                        crate::runtime::OwnerRef::Other(owner, _) => owner.clone(),
+                        crate::runtime::OwnerRef::Other(owner) => owner.clone(),
                     });
                 }
             };

@@ -150,8 +150,8 @@ impl NodeParams<node_kind::Kernel> {
         args: impl crate::ArgsFor<S>,
     ) -> Result<Self> {
         let device = kernel.function().module.ctx.device;
-        let handles = crate::runtime::with_refs(&args, |refs| {
-            refs.check_device(device, "kernel's module")
+        let handles = crate::runtime::with_refs(&args, device, |refs| {
+            refs.check_device("kernel's module")
                 .map(|()| refs.handle_graphs().iter().copied().collect())
         })?;
         let args = crate::runtime::collect_args(args);

@@ -345,8 +345,8 @@ impl<S: Signature> Kernel<S> {
 pub enum OwnerRef<'a> {
     /// A buffer's allocation.
     Alloc(&'a Arc<DeviceAlloc>),
-    /// Anything else (a device graph's exec), with its device.
-    Other(&'a Owner, i32),
+    /// Anything else (a device graph's exec).
+    Other(&'a Owner),
 }
 
 /// A typed launch's arguments as the driver takes them, gathered without allocating: a pointer
@@ -365,6 +365,12 @@ pub struct ArgRefs<'a> {
     pub(crate) owners: SmallVec<[OwnerRef<'a>; 4]>,
     /// The graphs of the conditional handles among the arguments.
     handles: SmallVec<[u64; 1]>,
+    /// The device the kernel runs on, and the first argument found on another (its device and
+    /// what it is).
+    device: i32,
+    elsewhere: Option<(i32, &'static str)>,
+    /// Whether an argument (a device graph) may only be passed to a kernel in a graph.
+    needs_graph: bool,
 }
 
 impl std::fmt::Debug for ArgRefs<'_> {
@@ -388,7 +394,15 @@ impl<'a> ArgRefs<'a> {
     /// A `T*` parameter: the address stored in the allocation, which the graph keeps.
     pub(crate) fn buffer(&mut self, alloc: &'a Arc<DeviceAlloc>) {
         self.push((&alloc.ptr as *const u64).cast_mut().cast());
+        self.on_device(alloc.ctx.device, "a buffer");
         self.owners.push(OwnerRef::Alloc(alloc));
+    }
+
+    /// Notes an argument on `device`.
+    fn on_device(&mut self, device: i32, what: &'static str) {
+        if device != self.device && self.elsewhere.is_none() {
+            self.elsewhere = Some((device, what));
+        }
     }
 
     /// A `Slice<T>` parameter: address and length, in a header kept here.
@@ -406,13 +420,16 @@ impl<'a> ArgRefs<'a> {
         };
         self.nslices = i + 1;
         self.push(header.cast());
+        self.on_device(alloc.ctx.device, "a buffer");
         self.owners.push(OwnerRef::Alloc(alloc));
     }
 
     /// A parameter with bytes of its own and an owner on `device` that is not a buffer.
     pub(crate) fn other(&mut self, value: &'a u64, owner: &'a Owner, device: i32) {
         self.push((value as *const u64).cast_mut().cast());
-        self.owners.push(OwnerRef::Other(owner, device));
+        self.on_device(device, "a device graph");
+        self.needs_graph = true;
+        self.owners.push(OwnerRef::Other(owner));
     }
 
     /// A conditional handle of the graph `graph`.
@@ -434,9 +451,7 @@ impl<'a> ArgRefs<'a> {
         target: Option<&crate::driver::graph::GraphHandle>,
     ) -> Result<()> {
         match target {
-            None if !self.handles.is_empty()
-                || self.owners.iter().any(|o| matches!(o, OwnerRef::Other(..))) =>
-            {
+            None if self.needs_graph || !self.handles.is_empty() => {
                 Err(Error::InvalidArgument(
                     "a kernel that takes a conditional handle or a device graph runs only inside a graph: record it into a capture or add it to a definition".into(),
                 ))
@@ -456,21 +471,16 @@ impl<'a> ArgRefs<'a> {
         }
     }
 
-    /// Refuses arguments in memory of another device than `device` (a kernel would
-    /// dereference an address that is not valid where it runs).
-    pub(crate) fn check_device(&self, device: i32, what: &str) -> Result<()> {
-        for o in &self.owners {
-            let (theirs, kind) = match *o {
-                OwnerRef::Alloc(alloc) => (alloc.ctx.device, "a buffer"),
-                OwnerRef::Other(_, d) => (d, "a device graph"),
-            };
-            if theirs != device {
-                return Err(Error::InvalidArgument(format!(
-                    "a kernel argument is {kind} of device {theirs}, but the {what} is on device {device}"
-                )));
-            }
+    /// Refuses arguments in memory of another device than the kernel's (a kernel would
+    /// dereference an address that is not valid where it runs); `what` names where it runs.
+    pub(crate) fn check_device(&self, what: &str) -> Result<()> {
+        match self.elsewhere {
+            Some((theirs, kind)) => Err(Error::InvalidArgument(format!(
+                "a kernel argument is {kind} of device {theirs}, but the {what} is on device {}",
+                self.device
+            ))),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The `void**` the driver takes: null without parameters.
@@ -483,9 +493,10 @@ impl<'a> ArgRefs<'a> {
     }
 }
 
-/// Runs `f` with `args` gathered as [`ArgRefs`] on this stack frame.
+/// Runs `f` with `args` gathered as [`ArgRefs`] on this stack frame, for a kernel on `device`.
 pub(crate) fn with_refs<S: Signature, R>(
     args: &impl ArgsFor<S>,
+    device: i32,
     f: impl FnOnce(&mut ArgRefs<'_>) -> R,
 ) -> R {
     let mut headers = [std::mem::MaybeUninit::<RawSlice>::uninit(); MAX_PARAMS];
@@ -497,6 +508,9 @@ pub(crate) fn with_refs<S: Signature, R>(
         nslices: 0,
         owners: SmallVec::new(),
         handles: SmallVec::new(),
+        device,
+        elsewhere: None,
+        needs_graph: false,
     };
     sealed::ArgsFor::refs_all(args, &mut refs);
     f(&mut refs)
@@ -635,7 +649,7 @@ mod tests {
         }
         // The same arguments as the driver gets them on the launch path: pointers into the tuple.
         let t = (7u8, -2i64, 0.5f32, true);
-        with_refs::<(u8, i64, f32, bool), _>(&t, |r| {
+        with_refs::<(u8, i64, f32, bool), _>(&t, 0, |r| {
             let p = r.params();
             assert!(r.owners.is_empty());
             // SAFETY: `p` holds 4 pointers, each at the tuple's element of the declared type.
@@ -646,7 +660,7 @@ mod tests {
                 assert_eq!(*(*p.add(3) as *const u8), 1);
             }
         });
-        with_refs::<(), _>(&(), |r| assert!(r.params().is_null()));
+        with_refs::<(), _>(&(), 0, |r| assert!(r.params().is_null()));
         let one = args_of::<(u32,)>(9);
         assert_eq!(one.len(), 1);
         assert_eq!(args_of::<()>(()).len(), 0);

@@ -343,8 +343,8 @@ impl Stream {
                 function.module.ctx.device
             )));
         }
-        super::with_refs(&args, |refs| {
-            refs.check_device(device, "stream")?;
+        super::with_refs(&args, device, |refs| {
+            refs.check_device("stream")?;
             let params = refs.params();
             self.enqueue(|rec| {
                 refs.check_target(rec.capture.map(|(graph, _)| &**graph))?;
@@ -359,7 +359,7 @@ impl Stream {
                 for o in &refs.owners {
                     match *o {
                         super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
-                        super::OwnerRef::Other(owner, _) => rec.keep_dyn(owner),
+                        super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
                     }
                 }
                 // SAFETY: the context is current (bound by `enqueue`); `params` points at one
