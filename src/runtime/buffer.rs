@@ -204,7 +204,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// - `ptr..ptr + len * size_of::<T>()` is device memory usable in `device`'s primary context
     ///   (allocated in it, or mapped/peer-accessible there), readable and writable by the GPU;
     /// - it stays allocated until `owner` is dropped (the crate drops `owner` only after the
-    ///   last graph launch that uses the memory has finished);
+    ///   last graph launch and the last stream operation that use the memory have finished);
     /// - nothing else frees it, or reuses it in ways the graphs' work would race with, before then.
     ///
     /// The host never reads or writes this memory except through this buffer's own methods, so

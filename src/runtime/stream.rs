@@ -375,7 +375,14 @@ impl Stream {
                         self.raw(),
                         params,
                     )
-                }
+                }?;
+                self.hold_borrowed(
+                    rec,
+                    refs.owners.iter().filter_map(|o| match *o {
+                        super::OwnerRef::Alloc(alloc) => Some(alloc),
+                        super::OwnerRef::Other(_) => None,
+                    }),
+                )
             })
         })
     }
@@ -429,7 +436,17 @@ impl Stream {
                     self.raw(),
                     params,
                 )
-            }
+            }?;
+            let allocs: smallvec::SmallVec<[Arc<DeviceAlloc>; 2]> = args
+                .keep
+                .iter()
+                .filter(|k| {
+                    k.downcast_ref::<DeviceAlloc>()
+                        .is_some_and(DeviceAlloc::is_borrowed)
+                })
+                .filter_map(|k| k.clone().downcast::<DeviceAlloc>().ok())
+                .collect();
+            self.hold_borrowed(rec, &allocs)
         })
     }
 
@@ -447,6 +464,39 @@ impl Stream {
             return Ok(());
         }
         buf.alloc.check_stream(self.raw())
+    }
+
+    /// Outside a capture, keeps the owners of borrowed memory among `allocs` (made by
+    /// [`DeviceBuffer::from_raw`] or a cudarc adapter) until the work just queued on this stream
+    /// has run: their owners may free the memory on a stream of their own the moment they are
+    /// dropped (cudarc frees a slice with `cuMemFreeAsync` on its stream), unordered with this
+    /// stream's work. The crate's own allocations need nothing: `cuMemFree` waits for the device.
+    /// Called after the operation is queued; where no host function can be queued (on a host
+    /// callback's thread), waits for the stream instead.
+    fn hold_borrowed<'a>(
+        &self,
+        rec: &Recording<'_>,
+        allocs: impl IntoIterator<Item = &'a Arc<DeviceAlloc>>,
+    ) -> Result<()> {
+        if rec.capturing() {
+            return Ok(());
+        }
+        let held: smallvec::SmallVec<[Arc<DeviceAlloc>; 2]> = allocs
+            .into_iter()
+            .filter(|a| a.is_borrowed())
+            .cloned()
+            .collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        match crate::driver::release::after_stream(self.raw(), Box::new(move || drop(held))) {
+            Ok(()) => Ok(()),
+            Err((_, job)) => {
+                let waited = driver::stream::synchronize(&self.handle);
+                drop(job);
+                waited
+            }
+        }
     }
 
     /// Allocates `len` zeroed elements of `T` ordered on this stream (`cuMemAllocAsync`, then a
@@ -584,7 +634,7 @@ impl Stream {
                 )
             }?;
             src.track(self.raw() as usize, self.mark(event));
-            Ok(())
+            self.hold_borrowed(rec, [&dst.alloc])
         })
     }
 
@@ -627,7 +677,7 @@ impl Stream {
                 )
             }?;
             dst.track(self.raw() as usize, self.mark(event));
-            Ok(())
+            self.hold_borrowed(rec, [&src.alloc])
         })
     }
 
@@ -674,7 +724,8 @@ impl Stream {
             // handle or, in a capture, by the graph.
             unsafe {
                 driver::stream::memset_d8_async(buf.device_ptr(), value, buf.byte_len(), self.raw())
-            }
+            }?;
+            self.hold_borrowed(rec, [&buf.alloc])
         })
     }
 
@@ -707,7 +758,8 @@ impl Stream {
                     buf.byte_len() / 4,
                     self.raw(),
                 )
-            }
+            }?;
+            self.hold_borrowed(rec, [&buf.alloc])
         })
     }
 
@@ -747,7 +799,8 @@ impl Stream {
                     dst.byte_len(),
                     self.raw(),
                 )
-            }
+            }?;
+            self.hold_borrowed(rec, [&dst.alloc, &src.alloc])
         })
     }
 

@@ -2,7 +2,7 @@
 
 use cuda_graph::prelude::*;
 
-use crate::support::{eventually, one, Gpu, Needs, TestResult};
+use crate::support::{eventually, one, stays, Gpu, Needs, TestResult};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
@@ -29,6 +29,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         "kernels::graph_allocations_as_buffers",
         Needs::Gpu,
         graph_allocations_as_buffers,
+    ),
+    (
+        "kernels::borrowed_memory_outlives_the_stream_work_that_uses_it",
+        Needs::Gpu,
+        borrowed_memory_outlives_the_stream_work_that_uses_it,
     ),
     (
         "kernels::typed_kernels_set_conditions",
@@ -325,5 +330,58 @@ fn graph_allocations_as_buffers(gpu: &Gpu) -> TestResult {
         unsafe { odd.as_buffer::<i32>() },
         Err(Error::InvalidArgument(_))
     ));
+    Ok(())
+}
+
+/// Sets its flag when dropped: the owner of borrowed memory.
+struct Owner(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn borrowed_memory_outlives_the_stream_work_that_uses_it(gpu: &Gpu) -> TestResult {
+    // SAFETY: spin(unsigned long long ns) touches no memory; add_one touches p[0] only.
+    let (spin, add_one) = unsafe {
+        (
+            gpu.module.kernel::<(u64,)>("spin")?,
+            gpu.module.kernel::<(*mut i32,)>("add_one")?,
+        )
+    };
+    let backing = gpu.device.alloc_zeroed::<i32>(4)?;
+    let s = gpu.stream();
+    let uses: [&dyn Fn(&Stream, &DeviceBuffer<i32>) -> cuda_graph::Result<()>; 3] = [
+        &|s, b| s.launch(&add_one, one(), b),
+        &|s, b| s.memset_d32(b, 1),
+        &|s, b| s.memcpy_dtod(b, &backing),
+    ];
+    for (i, use_it) in uses.iter().enumerate() {
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // SAFETY: `backing` holds 4 ints of device 0 and outlives the owner, which frees
+        // nothing; the test only watches when the owner is dropped.
+        let borrowed = unsafe {
+            DeviceBuffer::<i32>::from_raw(
+                &gpu.device,
+                backing.device_ptr(),
+                4,
+                Owner(dropped.clone()),
+            )?
+        };
+        // The stream is busy for 300 ms, then the work that uses the borrowed memory runs.
+        s.launch(&spin, one(), 300_000_000u64)?;
+        use_it(&s, &borrowed)?;
+        drop(borrowed);
+        assert!(
+            stays(|| !dropped.load(std::sync::atomic::Ordering::SeqCst)),
+            "use {i}: the owner went while queued work still used its memory"
+        );
+        s.synchronize()?;
+        assert!(
+            eventually(|| dropped.load(std::sync::atomic::Ordering::SeqCst)),
+            "use {i}: the owner outlived the work"
+        );
+    }
     Ok(())
 }
