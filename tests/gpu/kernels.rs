@@ -333,6 +333,9 @@ fn graph_allocations_as_buffers(gpu: &Gpu) -> TestResult {
     Ok(())
 }
 
+/// A use of a buffer on a stream.
+type Use<'a> = &'a dyn Fn(&Stream, &DeviceBuffer<i32>) -> cuda_graph::Result<()>;
+
 /// Sets its flag when dropped: the owner of borrowed memory.
 struct Owner(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
@@ -352,7 +355,7 @@ fn borrowed_memory_outlives_the_stream_work_that_uses_it(gpu: &Gpu) -> TestResul
     };
     let backing = gpu.device.alloc_zeroed::<i32>(4)?;
     let s = gpu.stream();
-    let uses: [&dyn Fn(&Stream, &DeviceBuffer<i32>) -> cuda_graph::Result<()>; 3] = [
+    let uses: [Use<'_>; 3] = [
         &|s, b| s.launch(&add_one, one(), b),
         &|s, b| s.memset_d32(b, 1),
         &|s, b| s.memcpy_dtod(b, &backing),
