@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 /// into the kernel's parameter space at the offset the kernel declares. Device buffers start at a
 /// `cuMemAlloc` address, aligned to at least 256 bytes, so elements of alignment up to 256 are
 /// aligned on the device (and host copies go through `Vec<Self>` / `&[Self]`, aligned for the
-/// type). Zero-sized types cannot be allocated on the device and match no kernel parameter.
+/// type); allocating elements aligned more strictly is an [`Error::InvalidArgument`]. Zero-sized types cannot be allocated on the device and match no kernel parameter.
 ///
 /// Implemented here for the primitive numbers (`u8` … `u64`, `i8` … `i64`, `usize`, `isize`,
 /// `f32`, `f64`), for arrays `[T; N]` of `DeviceCopy` elements, and with the `half` feature for

@@ -208,7 +208,7 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn alloc_zeroed<T: DeviceCopy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        let bytes = super::pinned::byte_size::<T>(len, "device buffer")?;
+        let bytes = super::pinned::device_byte_size::<T>(len)?;
         Ok(DeviceBuffer::new(
             DeviceAlloc::zeroed(&self.ctx, bytes)?,
             len,

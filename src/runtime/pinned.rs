@@ -82,6 +82,19 @@ pub(crate) fn byte_size<T>(len: usize, what: &str) -> Result<usize> {
     })
 }
 
+/// [`byte_size`] for device memory, which `cuMemAlloc` and the stream-ordered allocator align
+/// to 256 bytes: an element type aligned more strictly would be misaligned on the device.
+pub(crate) fn device_byte_size<T>(len: usize) -> Result<usize> {
+    let align = std::mem::align_of::<T>();
+    if align > 256 {
+        return Err(Error::InvalidArgument(format!(
+            "`{}` is aligned to {align} bytes; device allocations are aligned to 256",
+            std::any::type_name::<T>()
+        )));
+    }
+    byte_size::<T>(len, "device buffer")
+}
+
 impl<T: DeviceCopy> PinnedBuffer<T> {
     pub(crate) fn new(device: &Device, len: usize) -> Result<Self> {
         let bytes = byte_size::<T>(len, "pinned host buffer")?;
@@ -223,6 +236,13 @@ mod tests {
             Err(Error::InvalidArgument(_))
         ));
         assert_eq!(byte_size::<u16>(3, "x").unwrap(), 6);
+        #[repr(C, align(512))]
+        struct Wide([u8; 512]);
+        assert!(matches!(
+            device_byte_size::<Wide>(1),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(device_byte_size::<[u8; 256]>(2).unwrap(), 512);
         assert_eq!(byte_size::<u8>(usize::MAX, "x").unwrap(), usize::MAX);
     }
 

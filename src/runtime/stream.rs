@@ -525,7 +525,7 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn alloc_async<T: DeviceCopy>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        let bytes = super::pinned::byte_size::<T>(len, "device buffer")?;
+        let bytes = super::pinned::device_byte_size::<T>(len)?;
         self.enqueue(|rec| {
             if rec.capturing() {
                 return Err(Error::InvalidArgument(
