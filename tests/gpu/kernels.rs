@@ -2,7 +2,7 @@
 
 use cuda_graph::prelude::*;
 
-use crate::support::{eventually, one, stays, Gpu, Needs, TestResult};
+use crate::support::{eventually, one, Gpu, Needs, TestResult};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
@@ -336,12 +336,12 @@ fn graph_allocations_as_buffers(gpu: &Gpu) -> TestResult {
 /// A use of a buffer on a stream.
 type Use<'a> = &'a dyn Fn(&Stream, &DeviceBuffer<i32>) -> cuda_graph::Result<()>;
 
-/// Sets its flag when dropped: the owner of borrowed memory.
-struct Owner(std::sync::Arc<std::sync::atomic::AtomicBool>);
+/// Notes when it is dropped: the owner of borrowed memory.
+struct Owner(std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>);
 
 impl Drop for Owner {
     fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
     }
 }
 
@@ -360,8 +360,9 @@ fn borrowed_memory_outlives_the_stream_work_that_uses_it(gpu: &Gpu) -> TestResul
         &|s, b| s.memset_d32(b, 1),
         &|s, b| s.memcpy_dtod(b, &backing),
     ];
+    const SPIN: std::time::Duration = std::time::Duration::from_millis(300);
     for (i, use_it) in uses.iter().enumerate() {
-        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let dropped_at = std::sync::Arc::new(std::sync::Mutex::new(None));
         // SAFETY: `backing` holds 4 ints of device 0 and outlives the owner, which frees
         // nothing; the test only watches when the owner is dropped.
         let borrowed = unsafe {
@@ -369,21 +370,33 @@ fn borrowed_memory_outlives_the_stream_work_that_uses_it(gpu: &Gpu) -> TestResul
                 &gpu.device,
                 backing.device_ptr(),
                 4,
-                Owner(dropped.clone()),
+                Owner(dropped_at.clone()),
             )?
         };
-        // The stream is busy for 300 ms, then the work that uses the borrowed memory runs.
-        s.launch(&spin, one(), 300_000_000u64)?;
+        // The stream is busy for 300 ms, then the work that uses the borrowed memory runs: the
+        // owner (which may free the memory on a stream of its own) must not go before that.
+        let t0 = std::time::Instant::now();
+        s.launch(&spin, one(), SPIN.as_nanos() as u64)?;
         use_it(&s, &borrowed)?;
+        let queued = t0.elapsed();
         drop(borrowed);
-        assert!(
-            stays(|| !dropped.load(std::sync::atomic::Ordering::SeqCst)),
-            "use {i}: the owner went while queued work still used its memory"
-        );
         s.synchronize()?;
+        let done = t0.elapsed();
         assert!(
-            eventually(|| dropped.load(std::sync::atomic::Ordering::SeqCst)),
+            eventually(|| dropped_at.lock().map(|d| d.is_some()).unwrap_or(false)),
             "use {i}: the owner outlived the work"
+        );
+        let at = dropped_at
+            .lock()
+            .map_err(|_| "poisoned")?
+            .map(|d| d.duration_since(t0))
+            .ok_or("not dropped")?;
+        eprintln!(
+            "use {i}: queued in {queued:?}, stream done at {done:?}, owner dropped at {at:?}"
+        );
+        assert!(
+            at >= SPIN.mul_f32(0.9),
+            "use {i}: the owner went {at:?} after the launch, while the 300 ms kernel ahead of its work still ran"
         );
     }
     Ok(())
