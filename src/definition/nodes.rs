@@ -549,10 +549,7 @@ impl GraphDefinition {
                 owners.reserve_exact(1 + refs.owners.len());
                 owners.push(function.module.clone());
                 for o in &refs.owners {
-                    owners.push(match *o {
-                        crate::runtime::OwnerRef::Alloc(alloc) => alloc.clone(),
-                        crate::runtime::OwnerRef::Other(owner) => owner.clone(),
-                    });
+                    owners.push(o.owner());
                 }
             };
             self.add_node_with(deps, &[], keep, |g, d, n, out| {

@@ -345,8 +345,26 @@ impl<S: Signature> Kernel<S> {
 pub enum OwnerRef<'a> {
     /// A buffer's allocation.
     Alloc(&'a Arc<DeviceAlloc>),
-    /// Anything else (a device graph's exec).
+    /// Anything else (a device graph's exec, an untyped argument's owner).
     Other(&'a Owner),
+}
+
+impl<'a> OwnerRef<'a> {
+    /// The device allocation this is, if it is one.
+    pub(crate) fn alloc(&self) -> Option<&'a DeviceAlloc> {
+        match *self {
+            OwnerRef::Alloc(alloc) => Some(alloc),
+            OwnerRef::Other(owner) => owner.downcast_ref::<DeviceAlloc>(),
+        }
+    }
+
+    /// A strong reference to the owner.
+    pub(crate) fn owner(&self) -> Owner {
+        match *self {
+            OwnerRef::Alloc(alloc) => alloc.clone(),
+            OwnerRef::Other(owner) => owner.clone(),
+        }
+    }
 }
 
 /// A typed launch's arguments as the driver takes them, gathered without allocating: a pointer

@@ -334,7 +334,6 @@ impl Stream {
         args: impl crate::ArgsFor<S>,
     ) -> Result<()> {
         let function = kernel.function();
-        let (g, b) = (config.grid, config.block);
         let device = self.handle.ctx.device;
         if function.module.ctx.device != device {
             return Err(Error::InvalidArgument(format!(
@@ -346,44 +345,18 @@ impl Stream {
         super::with_refs(&args, device, |refs| {
             refs.check_device("stream")?;
             let params = refs.params();
-            self.enqueue(|rec| {
-                refs.check_target(rec.capture.map(|(graph, _)| &**graph))?;
-                if !rec.capturing() {
-                    for o in &refs.owners {
-                        if let super::OwnerRef::Alloc(alloc) = o {
-                            alloc.check_stream(self.raw())?;
-                        }
-                    }
-                }
-                rec.keep(&function.module);
-                for o in &refs.owners {
-                    match *o {
-                        super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
-                        super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
-                    }
-                }
-                // SAFETY: the context is current (bound by `enqueue`); `params` points at one
-                // pointer per parameter, each at argument bytes that live until the call returns
-                // (the driver copies them); `Kernel`'s maker promised its signature and bounds,
-                // and the arguments match the signature (checked by `ArgsFor`).
-                unsafe {
-                    driver::stream::launch_kernel(
-                        function.raw,
-                        g,
-                        b,
-                        config.shared_mem_bytes,
-                        self.raw(),
-                        params,
-                    )
-                }?;
-                self.hold_borrowed(
-                    rec,
-                    refs.owners.iter().filter_map(|o| match *o {
-                        super::OwnerRef::Alloc(alloc) => Some(alloc),
-                        super::OwnerRef::Other(_) => None,
-                    }),
+            // SAFETY: `params` points at one pointer per parameter, each at argument bytes that
+            // live until the call returns; `Kernel`'s maker promised its signature and bounds,
+            // and the arguments match the signature (checked by `ArgsFor`).
+            unsafe {
+                self.launch_recorded(
+                    function,
+                    config,
+                    params,
+                    refs.owners.iter().copied(),
+                    |rec| refs.check_target(rec.capture.map(|(graph, _)| &**graph)),
                 )
-            })
+            }
         })
     }
 
@@ -411,22 +384,45 @@ impl Stream {
     ) -> Result<()> {
         let (mut ptrs, mut spill) = ([std::ptr::null_mut(); 16], Vec::new());
         let params = args.fill_pointers(&mut ptrs, &mut spill);
+        let owners = args.keep.iter().map(super::OwnerRef::Other);
+        // SAFETY: `params` points at `args.len()` pointers to argument storage that lives until
+        // the call returns; the caller promises the arguments match the kernel.
+        unsafe { self.launch_recorded(function, config, params, owners, |_| Ok(())) }
+    }
+
+    /// The part of a launch both forms share, under the stream's capture slot: `check`, the
+    /// stream checks of the buffers among `owners`, the owners kept by the capture (if any), the
+    /// launch, and the hold on borrowed memory outside a capture.
+    ///
+    /// # Safety
+    /// `params` points at one pointer per kernel parameter, each at argument bytes that live
+    /// until this returns and match the kernel's parameter; the kernel stays within the memory
+    /// it is given.
+    unsafe fn launch_recorded<'a>(
+        &self,
+        function: &Function,
+        config: LaunchConfig,
+        params: *mut *mut std::ffi::c_void,
+        owners: impl Iterator<Item = super::OwnerRef<'a>> + Clone,
+        check: impl FnOnce(&Recording<'_>) -> Result<()>,
+    ) -> Result<()> {
         let (g, b) = (config.grid, config.block);
         self.enqueue(|rec| {
+            check(rec)?;
             if !rec.capturing() {
-                for k in &args.keep {
-                    if let Some(alloc) = k.downcast_ref::<DeviceAlloc>() {
-                        alloc.check_stream(self.raw())?;
-                    }
+                for alloc in owners.clone().filter_map(|o| o.alloc()) {
+                    alloc.check_stream(self.raw())?;
                 }
             }
             rec.keep(&function.module);
-            for k in &args.keep {
-                rec.keep_dyn(k);
+            for o in owners.clone() {
+                match o {
+                    super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
+                    super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
+                }
             }
-            // SAFETY: the context is current (bound by `enqueue`); `params` points at
-            // `args.len()` pointers to argument storage that lives until the call returns (the
-            // driver copies it); the caller promises the arguments match the kernel.
+            // SAFETY: the context is current (bound by `enqueue`); the rest is the caller's
+            // promise above (the driver copies the argument bytes during the call).
             unsafe {
                 driver::stream::launch_kernel(
                     function.raw,
@@ -437,16 +433,7 @@ impl Stream {
                     params,
                 )
             }?;
-            let allocs: smallvec::SmallVec<[Arc<DeviceAlloc>; 2]> = args
-                .keep
-                .iter()
-                .filter(|k| {
-                    k.downcast_ref::<DeviceAlloc>()
-                        .is_some_and(DeviceAlloc::is_borrowed)
-                })
-                .filter_map(|k| k.clone().downcast::<DeviceAlloc>().ok())
-                .collect();
-            self.hold_borrowed(rec, &allocs)
+            self.hold_borrowed(rec, owners)
         })
     }
 
@@ -466,7 +453,7 @@ impl Stream {
         buf.alloc.check_stream(self.raw())
     }
 
-    /// Outside a capture, keeps the owners of borrowed memory among `allocs` (made by
+    /// Outside a capture, keeps the owners of borrowed memory among `owners` (made by
     /// [`DeviceBuffer::from_raw`] or a cudarc adapter) until the work just queued on this stream
     /// has run: their owners may free the memory on a stream of their own the moment they are
     /// dropped (cudarc frees a slice with `cuMemFreeAsync` on its stream), unordered with this
@@ -476,15 +463,15 @@ impl Stream {
     fn hold_borrowed<'a>(
         &self,
         rec: &Recording<'_>,
-        allocs: impl IntoIterator<Item = &'a Arc<DeviceAlloc>>,
+        owners: impl IntoIterator<Item = super::OwnerRef<'a>>,
     ) -> Result<()> {
         if rec.capturing() {
             return Ok(());
         }
-        let held: smallvec::SmallVec<[Arc<DeviceAlloc>; 2]> = allocs
+        let held: smallvec::SmallVec<[crate::driver::graph::Owner; 2]> = owners
             .into_iter()
-            .filter(|a| a.is_borrowed())
-            .cloned()
+            .filter(|o| o.alloc().is_some_and(DeviceAlloc::is_borrowed))
+            .map(|o| o.owner())
             .collect();
         if held.is_empty() {
             return Ok(());
@@ -634,7 +621,7 @@ impl Stream {
                 )
             }?;
             src.track(self.raw() as usize, self.mark(event));
-            self.hold_borrowed(rec, [&dst.alloc])
+            self.hold_borrowed(rec, [super::OwnerRef::Alloc(&dst.alloc)])
         })
     }
 
@@ -677,7 +664,7 @@ impl Stream {
                 )
             }?;
             dst.track(self.raw() as usize, self.mark(event));
-            self.hold_borrowed(rec, [&src.alloc])
+            self.hold_borrowed(rec, [super::OwnerRef::Alloc(&src.alloc)])
         })
     }
 
@@ -725,7 +712,7 @@ impl Stream {
             unsafe {
                 driver::stream::memset_d8_async(buf.device_ptr(), value, buf.byte_len(), self.raw())
             }?;
-            self.hold_borrowed(rec, [&buf.alloc])
+            self.hold_borrowed(rec, [super::OwnerRef::Alloc(&buf.alloc)])
         })
     }
 
@@ -759,7 +746,7 @@ impl Stream {
                     self.raw(),
                 )
             }?;
-            self.hold_borrowed(rec, [&buf.alloc])
+            self.hold_borrowed(rec, [super::OwnerRef::Alloc(&buf.alloc)])
         })
     }
 
@@ -800,7 +787,13 @@ impl Stream {
                     self.raw(),
                 )
             }?;
-            self.hold_borrowed(rec, [&dst.alloc, &src.alloc])
+            self.hold_borrowed(
+                rec,
+                [
+                    super::OwnerRef::Alloc(&dst.alloc),
+                    super::OwnerRef::Alloc(&src.alloc),
+                ],
+            )
         })
     }
 
