@@ -14,7 +14,8 @@
 //! compute-sanitizer, where memory figures mean nothing), `--raw-node-ctx` (the raw side's kernel
 //! nodes name their context in `CUDA_KERNEL_NODE_PARAMS::ctx`, as the crate's do, instead of
 //! null), `--raw-free-elsewhere` (the raw `edit` loop frees its replaced buffers on a second
-//! thread, as the crate's release thread may), `--help`. Exit status: 0 when every loop
+//! thread, as the crate's release thread may), `--raw-host-func` (the raw side queues a no-op
+//! host function after each graph launch, as the crate's dropped execs do), `--help`. Exit status: 0 when every loop
 //! is flat (or the soak is skipped because there is no driver or GPU), 1 when a loop grows or
 //! fails, 2 for a bad command line.
 //!
@@ -269,6 +270,9 @@ struct Options {
     /// The raw side's kernel nodes name their context, as the crate's do.
     raw_node_ctx: bool,
     raw_free_elsewhere: bool,
+    /// The raw side queues a host function after each graph launch, as the crate does when an
+    /// exec is dropped (its release waits for the launch through `cuLaunchHostFunc`).
+    raw_host_func: bool,
 }
 
 const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--report-only]
@@ -278,6 +282,7 @@ const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--repo
   --report-only  growth is reported but does not fail the run (for runs under compute-sanitizer)
   --raw-node-ctx the raw side's kernel nodes name their context, as the crate's do
   --raw-free-elsewhere the raw edit loop frees its replaced buffers on a second thread
+  --raw-host-func the raw side queues a no-op host function after each graph launch
 Exit status: 0 all flat (or skipped: no driver/GPU), 1 a loop grows (unless --report-only) or
 fails, 2 bad usage.";
 
@@ -297,6 +302,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         report_only: false,
         raw_node_ctx: false,
         raw_free_elsewhere: false,
+        raw_host_func: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -315,6 +321,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             "--report-only" => opts.report_only = true,
             "--raw-node-ctx" => opts.raw_node_ctx = true,
             "--raw-free-elsewhere" => opts.raw_free_elsewhere = true,
+            "--raw-host-func" => opts.raw_host_func = true,
             "--cycles" => opts.cycles = positive("--cycles", &value("--cycles")?)?,
             "--warmup" => {
                 opts.warmup = value("--warmup")?
@@ -716,10 +723,12 @@ struct Raw {
     /// The `edit` loop's replaced buffers are freed on a second, long-lived thread, as the
     /// crate's release thread frees what an exec held (`--raw-free-elsewhere`).
     freer: Option<std::sync::mpsc::Sender<sys::CUdeviceptr>>,
+    /// A no-op host function is queued after each graph launch (`--raw-host-func`).
+    host_func: bool,
 }
 
 impl Raw {
-    fn new(node_ctx: bool, free_elsewhere: bool) -> Result<Raw, String> {
+    fn new(node_ctx: bool, free_elsewhere: bool, host_func: bool) -> Result<Raw, String> {
         require_symbols(RAW_COMMON_SYMBOLS)?;
         let (dev, ctx) = raw::retain_primary(0)?;
         let freer = free_elsewhere.then(|| {
@@ -745,6 +754,7 @@ impl Raw {
             edited: std::cell::Cell::new((null_mut(), null_mut(), 0)),
             node_ctx,
             freer,
+            host_func,
         };
         raw.bind()?;
         raw.module = raw::load_module(KERNELS)?;
@@ -850,6 +860,13 @@ impl Raw {
         // SAFETY: `exec` and `s` are live.
         unsafe {
             ok("cuGraphLaunch", sys::cuGraphLaunch(exec, s))?;
+            // (`raw_host_noop` touches nothing.)
+            if self.host_func {
+                ok(
+                    "cuLaunchHostFunc",
+                    sys::cuLaunchHostFunc(s, Some(raw_host_noop), null_mut()),
+                )?;
+            }
             ok("cuStreamSynchronize", sys::cuStreamSynchronize(s))
         }
     }
@@ -1588,7 +1605,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let raw = match Raw::new(opts.raw_node_ctx, opts.raw_free_elsewhere) {
+    let raw = match Raw::new(
+        opts.raw_node_ctx,
+        opts.raw_free_elsewhere,
+        opts.raw_host_func,
+    ) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("soak: setup failed: {e}");

@@ -37,6 +37,7 @@ int cuGraphInstantiateWithParams(void** e, void* g, uint64_t* p){ *e = fresh(); 
 int cuGraphExecDestroy(void){ return 0; }
 int cuGraphLaunch(void){ return 0; }
 int cuLaunchHostFunc(void){ return 0; }
+int cuStreamQuery(void){ return 0; }
 int cuLaunchKernel(void){ return 0; }
 int cuStreamIsCapturing(void* s, int* st){ *st = 0; return 0; }
 int cuGraphNodeGetType(void* n, int* t){ *t = 0; return 0; }

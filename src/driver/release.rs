@@ -123,7 +123,7 @@ pub(crate) fn later(job: Job) {
 }
 
 /// Whether this thread may call a destroying driver function now, as far as its own state goes.
-fn thread_may_destroy() -> bool {
+pub(crate) fn thread_may_destroy() -> bool {
     LOCAL_ACTIVE.with(|n| n.get()) == 0 && !IN_CALLBACK.with(|c| c.get())
 }
 
@@ -250,6 +250,20 @@ unsafe extern "C" fn run_later(p: *mut std::ffi::c_void) {
     let job: Box<Job> = unsafe { Box::from_raw(p.cast()) };
     // On the driver's thread: never call CUDA, never unwind; the release thread runs the job.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || later(*job)));
+}
+
+/// Whether `stream` has finished all work queued on it (`cuStreamQuery`), asked only where no
+/// capture forbids the call on this thread (`false` otherwise, and on any error). The stream's
+/// context must be current and the stream must not be capturing.
+pub(crate) fn stream_idle_now(stream: sys::CUstream) -> bool {
+    if !thread_may_destroy() {
+        return false;
+    }
+    let _gate = GATE.read().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: the caller's promise: `stream` is live and its context current; no Global capture
+    // records (checked under the gate) and none of this thread's captures does, so the query
+    // cannot invalidate a capture.
+    GLOBAL_ACTIVE.load(Ordering::SeqCst) == 0 && unsafe { drv!(cuStreamQuery(stream)) }.is_ok()
 }
 
 /// Runs `job` on the release thread once `stream` has finished the work queued on it so far

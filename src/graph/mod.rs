@@ -240,13 +240,32 @@ impl ExecState {
     /// Releases `held` on the release thread once the latest launch has finished (a host
     /// function queued behind it), or at once if there was no launch.
     fn release_after_last_launch(&mut self, held: Box<dyn std::any::Any + Send>) {
+        self.release_after_last_launch_from(held, Caller::Locked);
+    }
+
+    /// [`release_after_last_launch`](Self::release_after_last_launch); with [`Caller::Free`]
+    /// (the caller holds no lock of this crate), `held` is dropped here and now when the latest
+    /// launch has already finished.
+    fn release_after_last_launch_from(
+        &mut self,
+        held: Box<dyn std::any::Any + Send>,
+        caller: Caller,
+    ) {
         let Some(stream) = self.last_stream.clone() else {
-            crate::driver::release::later(Box::new(move || drop(held)));
+            match caller {
+                Caller::Free if crate::driver::release::thread_may_destroy() => drop_here(held),
+                _ => crate::driver::release::later(Box::new(move || drop(held))),
+            }
             return;
         };
         let mut job: Option<crate::driver::release::Job> = Some(Box::new(move || drop(held)));
+        let mut finished = false;
         let _ = stream.enqueue(|rec| {
             if rec.capturing() {
+                return Ok(());
+            }
+            if caller == Caller::Free && crate::driver::release::stream_idle_now(stream.raw()) {
+                finished = true;
                 return Ok(());
             }
             if let Some(j) = job.take() {
@@ -257,12 +276,33 @@ impl ExecState {
             }
             Ok(())
         });
-        if let Some(job) = job {
+        match job {
+            // Destroying on the thread that drops, rather than on the release thread, keeps the
+            // driver from doing the work twice over: raw driver calls that destroy each exec
+            // and its graph on a second thread took twice as long per capture cycle and grew
+            // the host heap (measured on the H200, driver 13.0).
+            Some(job) if finished => drop_here(job),
             // The stream captures now, or the driver refused the host function (on a host
             // callback's thread, say).
-            release_when_idle(stream, job);
+            Some(job) => release_when_idle(stream, job),
+            None => {}
         }
     }
+}
+
+/// Who asks for a release: a caller that holds none of this crate's locks, so that what is
+/// released may be dropped on its thread (a `Drop` there may call back into the crate), or one
+/// that holds some.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    Free,
+    Locked,
+}
+
+/// Runs a release on this thread; a panicking `Drop` in it is contained, as on the release
+/// thread.
+fn drop_here<T>(held: T) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(held)));
 }
 
 impl std::fmt::Debug for Graph {
@@ -760,9 +800,9 @@ impl Drop for Graph {
             // once no graph holds a device handle of it.
             Some(keep) => {
                 *lock(&keep.held) = Some(release);
-                state.release_after_last_launch(Box::new(keep));
+                state.release_after_last_launch_from(Box::new(keep), Caller::Free);
             }
-            None => state.release_after_last_launch(release),
+            None => state.release_after_last_launch_from(release, Caller::Free),
         }
     }
 }
@@ -865,7 +905,7 @@ impl Drop for ExecWithSource {
     }
 }
 
-/// Runs its closure when dropped (on the release thread, via `release_after_last_launch`).
+/// Runs its closure when dropped (where `release_after_last_launch_from` drops it).
 struct OnDrop<F: FnOnce()>(Option<F>);
 
 impl<F: FnOnce()> Drop for OnDrop<F> {
