@@ -15,7 +15,9 @@
 //! nodes name their context in `CUDA_KERNEL_NODE_PARAMS::ctx`, as the crate's do, instead of
 //! null), `--raw-free-elsewhere` (the raw `edit` loop frees its replaced buffers on a second
 //! thread, as the crate's release thread may), `--raw-host-func` (the raw side queues a no-op
-//! host function after each graph launch, as the crate's dropped execs do), `--help`. Exit status: 0 when every loop
+//! host function after each graph launch, as the crate's dropped execs did), `--raw-only` (only
+//! the raw control runs: to tell the driver's behaviour from the crate's under a tool such as
+//! compute-sanitizer), `--help`. Exit status: 0 when every loop
 //! is flat (or the soak is skipped because there is no driver or GPU), 1 when a loop grows or
 //! fails, 2 for a bad command line.
 //!
@@ -273,6 +275,9 @@ struct Options {
     /// The raw side queues a host function after each graph launch, as the crate does when an
     /// exec is dropped (its release waits for the launch through `cuLaunchHostFunc`).
     raw_host_func: bool,
+    /// Only the raw control runs (the crate side's cycles do nothing): to tell, under a tool such
+    /// as compute-sanitizer, the driver's behaviour from the crate's.
+    raw_only: bool,
 }
 
 const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--report-only]
@@ -283,6 +288,7 @@ const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--repo
   --raw-node-ctx the raw side's kernel nodes name their context, as the crate's do
   --raw-free-elsewhere the raw edit loop frees its replaced buffers on a second thread
   --raw-host-func the raw side queues a no-op host function after each graph launch
+  --raw-only     only the raw control runs (the crate side's cycles do nothing)
 Exit status: 0 all flat (or skipped: no driver/GPU), 1 a loop grows (unless --report-only) or
 fails, 2 bad usage.";
 
@@ -303,6 +309,7 @@ fn parse_args() -> Result<Option<Options>, String> {
         raw_node_ctx: false,
         raw_free_elsewhere: false,
         raw_host_func: false,
+        raw_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -322,6 +329,7 @@ fn parse_args() -> Result<Option<Options>, String> {
             "--raw-node-ctx" => opts.raw_node_ctx = true,
             "--raw-free-elsewhere" => opts.raw_free_elsewhere = true,
             "--raw-host-func" => opts.raw_host_func = true,
+            "--raw-only" => opts.raw_only = true,
             "--cycles" => opts.cycles = positive("--cycles", &value("--cycles")?)?,
             "--warmup" => {
                 opts.warmup = value("--warmup")?
@@ -1479,7 +1487,12 @@ fn run_rounds(
     let mut loop_owned = Owned::default();
     let rs = loop_owned.stream()?;
     let meter = Meter { raw, page };
-    let crate_cycle = || cs.cycle(kind, &stream);
+    let crate_cycle = || {
+        if opts.raw_only {
+            return Ok(());
+        }
+        cs.cycle(kind, &stream)
+    };
     let raw_cycle = || {
         raw.bind()?;
         raw.cycle(kind, rs)

@@ -91,6 +91,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         Needs::Conditional(DriverVersion::V12_3),
         conditional_execs_dropped_right_after_their_launch,
     ),
+    (
+        "safety::conditional_execs_updated_while_their_launches_run",
+        Needs::Conditional(DriverVersion::V12_3),
+        conditional_execs_updated_while_their_launches_run,
+    ),
     // Last: these leak captures on purpose (CUDA then refuses context-wide synchronisation
     // until they end), and end them with raw driver calls when done.
     (
@@ -814,8 +819,7 @@ fn if_default_one(
     p.end_building()
 }
 
-/// Execs with a conditional node dropped right after a launch, and updated from conditional
-/// graphs while the sources they replace are released. Driver 13.0 crashed in
+/// Execs with a conditional node dropped right after a launch. Driver 13.0 crashed in
 /// `cuGraphExecDestroy` when the exec was destroyed on one thread while its source graph was
 /// destroyed on another (the exec's release ran beside it); both now go in order on one thread.
 fn conditional_execs_dropped_right_after_their_launch(gpu: &Gpu) -> TestResult {
@@ -828,6 +832,44 @@ fn conditional_execs_dropped_right_after_their_launch(gpu: &Gpu) -> TestResult {
         s.synchronize()?;
         drop(g);
     }
+    assert_eq!(buf.to_vec()?, [CYCLES]);
+    Ok(())
+}
+
+/// An exec with a conditional node updated from new conditional graphs while its earlier
+/// launches still run (each spins first), the sources it replaces released behind them.
+///
+/// Under compute-sanitizer memcheck (driver 13.0) the launch after such an update fails with
+/// `CUDA_ERROR_ILLEGAL_ADDRESS` and no memcheck error, also with every source kept alive and with
+/// nothing but `cuGraphExecUpdate` and `cuGraphLaunch` between launches; with a synchronize
+/// between launches it passes. Without the tool it passes: `run-all.sh` skips this test under
+/// the sanitizer (docs/DESIGN.md, "Running under compute-sanitizer").
+fn conditional_execs_updated_while_their_launches_run(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.stream();
+    let spin = gpu.f("spin");
+    let spinning = || -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+        let p = gpu.device.create_graph_builder()?.begin_building(Global)?;
+        let h = p.create_conditional_handle(Some(1))?;
+        {
+            let body = p.add_if(&h)?.begin_building(Global)?;
+            // SAFETY: spin(unsigned long long ns), add_one(int*).
+            unsafe {
+                body.launch_unchecked(&spin, one(), &args![100_000u64])?;
+                body.launch_unchecked(&gpu.f("add_one"), one(), &args![&buf])?;
+            }
+            body.end_building()?;
+        }
+        p.end_building()
+    };
+    const CYCLES: i32 = 500;
+    let mut g = spinning()?.instantiate()?;
+    for _ in 0..CYCLES {
+        g.update(&spinning()?)?;
+        g.launch(&s)?;
+    }
+    s.synchronize()?;
+    drop(g);
     assert_eq!(buf.to_vec()?, [CYCLES]);
     let mut g = if_default_one(gpu, &buf)?.instantiate()?;
     for _ in 0..CYCLES {
