@@ -16,6 +16,7 @@ use crate::runtime::{Device, ReleaseObserver};
 use crate::ConditionalHandle;
 
 mod conditional;
+mod exec_nodes;
 mod inspect;
 mod node;
 mod nodes;
@@ -30,7 +31,6 @@ pub use inspect::{
 pub use node::{GraphNode, NodeType};
 pub use nodes::{GraphAllocation, MemAllocOptions, Memset2d, MemsetValue, PeerAccess};
 pub use params::NodeParams;
-pub(crate) use params::{lock_with_child, Target};
 pub use typed::{
     node_kind, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,
     HostNode, KernelNode, MemAllocNode, MemFreeNode, MemcpyNode, MemsetNode, NodeKind, TypedNode,

@@ -14,7 +14,6 @@ use crate::runtime::{KernelArg, KernelArgs, Stream};
 
 mod cache;
 mod debug;
-mod nodes;
 pub use cache::{CacheOutcome, GraphCache};
 pub(crate) use debug::dot_print;
 pub use debug::{DotDetail, GraphDebugPrintOptions};
@@ -188,18 +187,20 @@ impl InstantiateOptions {
 /// `Send + Sync`.
 #[must_use = "an executable graph does nothing until it is launched"]
 pub struct Graph {
-    exec: ExecHandle,
+    // Crate-visible for the per-node updates, which live with the definition's node types
+    // (`definition::exec_nodes`) so that this layer does not depend on the definition's.
+    pub(crate) exec: ExecHandle,
     /// The graphs of successful updates: the exec may use their operands.
-    state: Mutex<ExecState>,
+    pub(crate) state: Mutex<ExecState>,
 }
 
 /// What launches and updates of one exec share, behind one lock: CUDA does not synchronise an
 /// exec object, so its launches, uploads and updates are serialised here.
 #[derive(Default)]
-struct ExecState {
+pub(crate) struct ExecState {
     /// The graph it was instantiated from (its root): held until the last launch has finished,
     /// since what the graph owns (conditional handles, bodies) may be used by the exec.
-    source: Option<Arc<GraphHandle>>,
+    pub(crate) source: Option<Arc<GraphHandle>>,
     /// What the nodes of the graph it was instantiated from used.
     keep: Vec<KeepChunk>,
     /// The source of the latest update, and what its nodes used then: the exec uses them.
@@ -213,11 +214,11 @@ struct ExecState {
     unfreed: Vec<u64>,
     /// The source tree's epoch this exec was instantiated at: the nodes it has were made
     /// before it (see `NodeTable::born`).
-    epoch: u64,
+    pub(crate) epoch: u64,
     /// What the parameters that per-node updates ([`Graph::set_params`]) put in the exec use,
     /// per node `(graph id, raw node)`: the current ones. Replaced ones are released after the
     /// last launch that may use them.
-    node_owners: IdMap<(u64, usize), Owners>,
+    pub(crate) node_owners: IdMap<(u64, usize), Owners>,
     /// Whether the exec was instantiated for device launch.
     device_launch: bool,
     /// Set once [`Graph::device_handle`] handed out a handle: device code may launch the exec
@@ -228,7 +229,7 @@ struct ExecState {
 
 impl ExecState {
     /// Refuses an update of an exec that device code may be launching.
-    fn check_not_device_launched(&self) -> Result<()> {
+    pub(crate) fn check_not_device_launched(&self) -> Result<()> {
         if self.device_keep.is_some() {
             return Err(Error::InvalidArgument(
                 "this exec handed out a device handle (Graph::device_handle): device code may be launching it, so it cannot be updated; instantiate a new exec instead".into(),
@@ -239,7 +240,7 @@ impl ExecState {
 
     /// Releases `held` on the release thread once the latest launch has finished (a host
     /// function queued behind it), or at once if there was no launch.
-    fn release_after_last_launch(&mut self, held: Box<dyn std::any::Any + Send>) {
+    pub(crate) fn release_after_last_launch(&mut self, held: Box<dyn std::any::Any + Send>) {
         self.release_after_last_launch_from(held, Caller::Locked);
     }
 
@@ -741,7 +742,7 @@ fn release_when_idle(stream: Stream, job: crate::driver::release::Job) {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

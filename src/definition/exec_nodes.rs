@@ -1,13 +1,16 @@
 //! Per-node updates of an exec: [`Graph::set_params`], [`Graph::set_enabled`],
-//! [`Graph::is_enabled`].
+//! [`Graph::is_enabled`]. They take the definition's typed nodes and parameters, so they live
+//! here, above the exec layer (`crate::graph`), which knows nothing of definitions.
 
 use cudarc::driver::sys;
 
-use super::{lock, Graph};
-use crate::definition::{lock_with_child, NodeKind, NodeParams, Target, TypedNode};
+use super::params::{lock_with_child, Target};
+use super::typed::{NodeKind, TypedNode};
+use super::NodeParams;
 use crate::driver;
 use crate::driver::graph::{GraphHandle, TreeState};
 use crate::error::{Error, Result};
+use crate::graph::{lock, Graph};
 use crate::GraphNode;
 
 /// Whether graph `graph` is the graph of a child-graph node (seen through
