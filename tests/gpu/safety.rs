@@ -72,6 +72,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         drops_on_another_thread_never_invalidate_a_global_capture,
     ),
     (
+        "safety::exec_drops_on_another_thread_never_invalidate_a_global_capture",
+        Needs::Gpu,
+        exec_drops_on_another_thread_never_invalidate_a_global_capture,
+    ),
+    (
         "safety::one_graph_launched_from_four_threads",
         Needs::Gpu,
         one_graph_launched_from_four_threads,
@@ -367,47 +372,57 @@ impl Drop for CapturesOnDrop {
     }
 }
 
-/// Item 8: a value dropped on the release thread (a callback closure that a graph held) whose
-/// `Drop` begins, ends and launches a capture. It deadlocked the release thread and every later
-/// `begin_building`.
+/// Item 8: a value a graph released (a callback closure it held) whose `Drop` begins, ends and
+/// launches a capture. It deadlocked the release thread and every later `begin_building`. Both
+/// places a release runs are tried: the release thread (the graph is dropped while its launch
+/// still runs) and the dropping thread (dropped after a synchronize).
 fn a_drop_on_the_release_thread_may_begin_a_capture(gpu: &Gpu) -> TestResult {
-    let (tx, rx) = mpsc::channel();
-    let buf = Arc::new(gpu.device.alloc_zeroed::<i32>(1)?);
-    let on_drop = CapturesOnDrop {
-        stream: gpu.stream(),
-        k: gpu.f("add_one"),
-        buf: buf.clone(),
-        done: tx,
-    };
-    {
-        let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
-        b.add_host_callback(move || {
-            let _ = &on_drop;
-        })?;
-        let g = complete(b.end_building()?)?;
-        let s = gpu.stream();
-        g.launch(&s)?;
-        s.synchronize()?;
-    }
-    // The closure (and the value) is dropped on the release thread, which captures.
-    match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(r) => r?,
-        Err(_) => return Err("the release thread hung in a Drop that captures".into()),
-    }
-    assert_eq!(buf.to_vec()?, [1]);
-    // And a capture on this thread still begins.
-    let device = gpu.device.clone();
-    within(
-        20,
-        "begin_building after the release thread captured",
-        move || {
+    for still_running in [true, false] {
+        let (tx, rx) = mpsc::channel();
+        let buf = Arc::new(gpu.device.alloc_zeroed::<i32>(1)?);
+        let on_drop = CapturesOnDrop {
+            stream: gpu.stream(),
+            k: gpu.f("add_one"),
+            buf: buf.clone(),
+            done: tx,
+        };
+        {
+            let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+            if still_running {
+                // SAFETY: spin(unsigned long long ns).
+                unsafe { b.launch_unchecked(&gpu.f("spin"), one(), &args![200_000_000u64])? };
+            }
+            b.add_host_callback(move || {
+                let _ = &on_drop;
+            })?;
+            let g = complete(b.end_building()?)?;
+            let s = gpu.stream();
+            g.launch(&s)?;
+            if !still_running {
+                s.synchronize()?;
+            }
+        }
+        // The closure (and the value) is dropped where the release runs, which captures.
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(format!(
+                    "a release that captures in a Drop hung (graph dropped while running: {still_running})"
+                )
+                .into())
+            }
+        }
+        assert_eq!(buf.to_vec()?, [1]);
+        // And a capture on this thread still begins.
+        let device = gpu.device.clone();
+        within(20, "begin_building after a release captured", move || {
             let b = device
                 .create_graph_builder()
                 .and_then(|b| b.begin_building(Global))
                 .map_err(|e| e.to_string())?;
             b.end_building().map(|_| ()).map_err(|e| e.to_string())
-        },
-    )?;
+        })?;
+    }
     Ok(())
 }
 
@@ -709,6 +724,51 @@ fn drops_on_another_thread_never_invalidate_a_global_capture(gpu: &Gpu) -> TestR
     dropper.join().map_err(|_| "dropper panicked")?;
     assert!(eventually(|| watches.iter().all(|w| w.is_released())));
     println!("    {cycles} Global captures beside 3000 drops on another thread");
+    Ok(())
+}
+
+/// Item 14, for execs: graphs launched and synchronized, then dropped on another thread while
+/// this one runs Global captures. A drop asks the driver whether the launch's stream is idle
+/// (`cuStreamQuery`) and destroys the exec at once if so — a query and destroys that must wait
+/// while a Global capture records, or the capture is invalidated.
+fn exec_drops_on_another_thread_never_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let other = gpu.stream();
+    let mut graphs = Vec::new();
+    let mut watches = Vec::new();
+    for _ in 0..300 {
+        let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+        watches.push(buf.release_observer());
+        let def = GraphDefinition::new(&gpu.device)?;
+        // SAFETY: add_one(int*).
+        unsafe { def.add_kernel_unchecked(&[], &add_one, one(), &args![&buf])? };
+        let g = def.instantiate()?;
+        g.launch(&other)?;
+        graphs.push(g);
+    }
+    other.synchronize()?;
+    let s = gpu.stream();
+    let dropper = std::thread::spawn(move || {
+        for g in graphs {
+            drop(g);
+            std::thread::yield_now();
+        }
+    });
+    let mut cycles = 0;
+    while !dropper.is_finished() || cycles < 50 {
+        let b = s.create_graph_builder().begin_building(Global)?;
+        // SAFETY: add_one(int*).
+        unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
+        let g = b.end_building()?.instantiate()?;
+        g.launch(&s)?;
+        cycles += 1;
+    }
+    s.synchronize()?;
+    dropper.join().map_err(|_| "dropper panicked")?;
+    assert_eq!(counter.to_vec()?, [cycles]);
+    assert!(eventually(|| watches.iter().all(|w| w.is_released())));
+    println!("    {cycles} Global captures beside 300 exec drops on another thread");
     Ok(())
 }
 
