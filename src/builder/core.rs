@@ -127,11 +127,15 @@ impl Core {
         tree.captures.remove(&id);
         // The nodes this capture made were made at this epoch or earlier.
         tree.captured_epoch = tree.epoch;
-        // Events and joined streams held for the capture; dropped once the locks are released.
-        let _held = tree.until_end.remove(&id);
+        // Events and joined streams held for the capture; dropped once the locks are released
+        // (a joined borrowed stream's owner may hold anything, even a `Graph` of this tree).
+        let held = tree.until_end.remove(&id);
         *slot = None;
-        match ended {
-            Ok(()) => Ok(()),
+        let r = match ended {
+            Ok(()) => {
+                drop(tree);
+                Ok(())
+            }
             Err(e) => {
                 Self::capture_failed(&graph, &mut tree);
                 drop(tree);
@@ -139,7 +143,10 @@ impl Core {
                 self.stream.handle.abandon_capture(true);
                 Err(capture_error(e))
             }
-        }
+        };
+        drop(slot);
+        drop(held);
+        r
     }
 
     /// A failed end destroys the graph captured into (driver 13.0). For a primary's graph the

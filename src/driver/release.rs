@@ -43,8 +43,10 @@ enum Msg {
 static GLOBAL_ACTIVE: AtomicUsize = AtomicUsize::new(0);
 /// Read: a destroy is checking and running. Write: a `Global` capture is beginning.
 static GATE: RwLock<()> = RwLock::new(());
-/// Destroys that could not run when asked; the release thread runs them.
+/// Destroys that could not run when asked; the release thread (or the next destroy) runs them.
 static DEFERRED: Mutex<Vec<Job>> = Mutex::new(Vec::new());
+/// Held while destroys run: one at a time, in the order asked (see [`run_in_order`]).
+static ORDER: Mutex<()> = Mutex::new(());
 static THREAD: OnceLock<Option<Mutex<Sender<Msg>>>> = OnceLock::new();
 
 thread_local! {
@@ -102,11 +104,22 @@ fn run_deferred() {
     if GLOBAL_ACTIVE.load(Ordering::SeqCst) != 0 {
         return;
     }
+    run_in_order(|| {});
+}
+
+/// Runs the deferred destroys, then `job`, holding [`ORDER`]: destroys run one at a time and in
+/// the order they were asked for, whichever thread runs them. (An exec whose destroy was
+/// deferred, then its source graph destroyed at once on another thread, would otherwise be
+/// destroyed beside it — a pattern driver 13.0 crashed on.) The caller holds the read side of
+/// [`GATE`] with no `Global` capture recording. Destroy jobs only call the driver and never call
+/// back into this module; none waits for a lock a host callback takes (callbacks only defer).
+fn run_in_order(job: impl FnOnce()) {
+    let _order = lock(&ORDER);
     let jobs = std::mem::take(&mut *lock(&DEFERRED));
-    for job in jobs {
-        // Destroy jobs only call the driver; they never call back into this module.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+    for deferred in jobs {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(deferred));
     }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
 }
 
 /// Runs `job` (typically dropping a value that may own crate resources) on the release thread. If
@@ -133,7 +146,7 @@ pub(crate) fn destroy(job: impl FnOnce() + Send + 'static) {
     if thread_may_destroy() {
         let gate = GATE.read().unwrap_or_else(|p| p.into_inner());
         if GLOBAL_ACTIVE.load(Ordering::SeqCst) == 0 {
-            job();
+            run_in_order(job);
             drop(gate);
             return;
         }
@@ -154,6 +167,44 @@ pub(crate) fn destroy_in<T: 'static>(ctx: &Arc<PrimaryContext>, raw: T, destroy:
             destroy(raw.into_inner());
         }
     });
+}
+
+/// This thread in `Relaxed` capture interaction mode for as long as it lives
+/// (`cuThreadExchangeStreamCaptureMode`), the mode it had restored after: for releases made on
+/// a user's thread, whose values' destructors (a cudarc slice freeing its memory, say) would
+/// otherwise invalidate a `Global` capture another thread records — as on the release thread,
+/// which runs in `Relaxed` mode. Nothing is changed inside a host callback (no CUDA call there).
+pub(crate) struct RelaxedMode(Option<u32>);
+
+impl RelaxedMode {
+    pub(crate) fn enter() -> Self {
+        if IN_CALLBACK.with(|c| c.get()) {
+            return RelaxedMode(None);
+        }
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
+        // SAFETY: only exchanges this thread's capture interaction mode; `mode` is a live,
+        // initialised 4-byte integer holding a valid mode, and the driver writes the previous
+        // one into it (read as an integer, never as the bindings' enum).
+        let r = unsafe {
+            drv!(cuThreadExchangeStreamCaptureMode(
+                (&mut mode as *mut u32).cast::<sys::CUstreamCaptureMode>()
+            ))
+        };
+        RelaxedMode(r.is_ok().then_some(mode))
+    }
+}
+
+impl Drop for RelaxedMode {
+    fn drop(&mut self) {
+        if let Some(mut mode) = self.0 {
+            // SAFETY: as in `enter`; `mode` is the mode the driver reported for this thread.
+            let _ = unsafe {
+                drv!(cuThreadExchangeStreamCaptureMode(
+                    (&mut mode as *mut u32).cast::<sys::CUstreamCaptureMode>()
+                ))
+            };
+        }
+    }
 }
 
 /// Runs `f` as a host callback: destroys it causes are deferred (CUDA calls are refused on the
@@ -332,8 +383,13 @@ mod tests {
             .join()
             .expect("no panic");
         assert!(other, "another thread destroys at once");
-        // The release thread is not the capturing thread: it runs the deferred destroy.
-        assert!(ran_on_release_thread(&own));
+        // The deferred destroy runs on a thread that is not capturing: the release thread, or
+        // (destroys run in the order asked) the other thread, before its own.
+        let here = std::thread::current().name().unwrap_or("?").to_string();
+        assert!(matches!(
+            own.recv_timeout(Duration::from_secs(10)),
+            Ok(name) if name != here
+        ));
         drop(active);
     }
 
@@ -353,6 +409,46 @@ mod tests {
         drop(active);
         assert!(ran_on_release_thread(&own));
         assert!(ran_on_release_thread(&other));
+    }
+
+    #[test]
+    fn destroys_run_in_the_order_asked_and_one_at_a_time() {
+        let _serial = lock(&SERIAL);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let entry = |name: &'static str, slow: bool| {
+            let log = log.clone();
+            move || {
+                lock(&log).push(format!("{name} begins"));
+                if slow {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                lock(&log).push(format!("{name} ends"));
+            }
+        };
+        // An exec's destroy deferred by a Global capture, then — the capture over — its source
+        // graph's destroy asked on another thread before the release thread got to the first.
+        let active = CaptureActive::new(Restricts::Everyone);
+        destroy(entry("exec", true));
+        // Ends the capture without waking the release thread (the state `drop(active)` leaves
+        // until that thread runs).
+        GLOBAL_ACTIVE.fetch_sub(1, Ordering::SeqCst);
+        LOCAL_ACTIVE.with(|n| n.set(n.get().saturating_sub(1)));
+        std::mem::forget(active);
+        let source = entry("source", false);
+        std::thread::spawn(move || destroy(source))
+            .join()
+            .expect("no panic");
+        send(Msg::Wake);
+        let done = || lock(&log).len() == 4;
+        let start = std::time::Instant::now();
+        while !done() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            *lock(&log),
+            ["exec begins", "exec ends", "source begins", "source ends"],
+            "the deferred destroy runs first, and alone"
+        );
     }
 
     #[test]

@@ -252,6 +252,10 @@ impl ExecState {
         held: Box<dyn std::any::Any + Send>,
         caller: Caller,
     ) {
+        // The stream query and the release made here run in `Relaxed` capture interaction mode,
+        // as on the release thread: a destructor among the released values (a cudarc slice
+        // freeing its memory) must not invalidate a `Global` capture of another thread.
+        let _relaxed = (caller == Caller::Free).then(crate::driver::release::RelaxedMode::enter);
         let Some(stream) = self.last_stream.clone() else {
             match caller {
                 Caller::Free if crate::driver::release::thread_may_destroy() => drop_here(held),
@@ -259,7 +263,8 @@ impl ExecState {
             }
             return;
         };
-        let mut job: Option<crate::driver::release::Job> = Some(Box::new(move || drop(held)));
+        let mut held = Some(held);
+        let mut job: Option<crate::driver::release::Job> = None;
         let mut finished = false;
         let _ = stream.enqueue(|rec| {
             if rec.capturing() {
@@ -269,7 +274,8 @@ impl ExecState {
                 finished = true;
                 return Ok(());
             }
-            if let Some(j) = job.take() {
+            if let Some(h) = held.take() {
+                let j: crate::driver::release::Job = Box::new(move || drop(h));
                 if let Err((e, j)) = crate::driver::release::after_stream(stream.raw(), j) {
                     job = Some(j);
                     return Err(e);
@@ -277,16 +283,16 @@ impl ExecState {
             }
             Ok(())
         });
-        match job {
+        match (held, job) {
             // Destroying on the thread that drops, rather than on the release thread, keeps the
             // driver from doing the work twice over: raw driver calls that destroy each exec
             // and its graph on a second thread took twice as long per capture cycle and grew
             // the host heap (measured on the H200, driver 13.0).
-            Some(job) if finished => drop_here(job),
-            // The stream captures now, or the driver refused the host function (on a host
-            // callback's thread, say).
-            Some(job) => release_when_idle(stream, job),
-            None => {}
+            (Some(held), _) if finished => drop_here(held),
+            (Some(held), _) => release_when_idle(stream, Box::new(move || drop(held))),
+            // The driver refused the host function (on a host callback's thread, say).
+            (None, Some(job)) => release_when_idle(stream, job),
+            (None, None) => {}
         }
     }
 }
@@ -301,8 +307,26 @@ enum Caller {
 }
 
 /// Runs a release on this thread; a panicking `Drop` in it is contained, as on the release
-/// thread.
-fn drop_here<T>(held: T) {
+/// thread. Releases nested deeper than a few levels (a graph whose callback owns a graph whose
+/// callback owns a graph …) go to the release thread instead, so a long chain cannot overflow
+/// this thread's stack.
+fn drop_here(held: Box<dyn std::any::Any + Send>) {
+    const MAX_DEPTH: u32 = 8;
+    thread_local! {
+        static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    if DEPTH.with(|d| d.get()) >= MAX_DEPTH {
+        crate::driver::release::later(Box::new(move || drop(held)));
+        return;
+    }
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let _leave = Leave;
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(held)));
 }
 

@@ -37,8 +37,11 @@
 //! - Graph replays are invisible to cudarc: order later cudarc work after a replay yourself
 //!   (synchronise the launch stream, or make the other stream wait on an event recorded there).
 //!
-//! **When a held slice is dropped.** If an exec is the last holder, the slice is dropped on this
-//! crate's release thread after the exec's last launch has finished, and cudarc frees it on the
+//! **When a held slice is dropped.** If an exec is the last holder, the slice is dropped after the
+//! exec's last launch has finished — when the exec is dropped, on that thread, if its launches
+//! have already ended, else on this crate's release thread — in `Relaxed` capture interaction
+//! mode either way (so the free does not invalidate a `Global` capture of another thread), and
+//! cudarc frees it on the
 //! slice's own stream (`cuMemFreeAsync` where the device has memory pools). If that stream is
 //! capturing at that moment, the free goes wrong (cudarc stores the error in its context:
 //! `check_err`). Allocate on one stream and capture on another, as in the example below.

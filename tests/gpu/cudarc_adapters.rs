@@ -21,7 +21,58 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         Needs::Gpu,
         work_during_a_cudarc_capture_is_refused,
     ),
+    (
+        "cudarc::slices_released_by_a_dropped_exec_never_invalidate_a_global_capture",
+        Needs::Gpu,
+        slices_released_by_a_dropped_exec_never_invalidate_a_global_capture,
+    ),
 ];
+
+/// A dropped exec releases what it held on the dropping thread once its launches have ended
+/// (or at once, never launched) — here cudarc slices, whose `Drop` frees with driver calls that
+/// CUDA counts as unsafe while a `Global` capture records. The release runs in `Relaxed`
+/// capture interaction mode (as on the release thread), so another thread's `Global` captures
+/// stay valid.
+fn slices_released_by_a_dropped_exec_never_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
+    let ctx = CudaContext::new(gpu.device.ordinal())?;
+    let device = Device::from_cudarc(&ctx)?;
+    let cs = ctx.default_stream();
+    let mut graphs = Vec::new();
+    for i in 0..200 {
+        let slice = Arc::new(cs.alloc_zeros::<i32>(16)?);
+        let buf = DeviceBuffer::from_cudarc(&device, slice)?;
+        let def = GraphDefinition::new(&device)?;
+        def.add_memset(&[], &buf, 1i32)?;
+        let g = def.instantiate()?;
+        if i % 2 == 0 {
+            g.launch(&gpu.stream())?;
+        }
+        graphs.push(g);
+    }
+    gpu.device.synchronize()?;
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.stream();
+    let dropper = std::thread::spawn(move || {
+        for g in graphs {
+            drop(g);
+            std::thread::yield_now();
+        }
+    });
+    let mut cycles = 0;
+    while !dropper.is_finished() || cycles < 50 {
+        let b = s.create_graph_builder().begin_building(Global)?;
+        // SAFETY: add_one(int*).
+        unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
+        b.end_building()?.instantiate()?.launch(&s)?;
+        cycles += 1;
+    }
+    s.synchronize()?;
+    dropper.join().map_err(|_| "dropper panicked")?;
+    assert_eq!(counter.to_vec()?, [cycles]);
+    println!("    {cycles} Global captures beside 200 execs releasing cudarc slices");
+    Ok(())
+}
 
 fn capture_on_a_cudarc_stream_holds_its_slices_and_kernel(gpu: &Gpu) -> TestResult {
     let ctx = CudaContext::new(gpu.device.ordinal())?;

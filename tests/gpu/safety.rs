@@ -77,6 +77,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         exec_drops_on_another_thread_never_invalidate_a_global_capture,
     ),
     (
+        "safety::conditional_exec_drops_beside_global_captures",
+        Needs::Conditional(DriverVersion::V12_3),
+        conditional_exec_drops_beside_global_captures,
+    ),
+    (
         "safety::one_graph_launched_from_four_threads",
         Needs::Gpu,
         one_graph_launched_from_four_threads,
@@ -769,6 +774,66 @@ fn exec_drops_on_another_thread_never_invalidate_a_global_capture(gpu: &Gpu) -> 
     assert_eq!(counter.to_vec()?, [cycles]);
     assert!(eventually(|| watches.iter().all(|w| w.is_released())));
     println!("    {cycles} Global captures beside 300 exec drops on another thread");
+    Ok(())
+}
+
+/// Execs with a conditional node, dropped on one thread (after their launch ended, or never
+/// launched) while another runs Global captures: an exec's destroy deferred by a capture and its
+/// source graph's destroy made at once when the capture ended ran on two threads at the same
+/// time, which driver 13.0 crashed on for conditional execs. Destroys now run one at a time, in
+/// the order asked.
+fn conditional_exec_drops_beside_global_captures(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.stream();
+    let mut graphs = Vec::new();
+    for i in 0..300 {
+        let def = GraphDefinition::new(&gpu.device)?;
+        let h = def.create_conditional_handle(Some(1))?;
+        let (_node, body) = def.add_if(&[], &h)?;
+        // SAFETY: add_one(int*).
+        unsafe { body.add_kernel_unchecked(&[], &add_one, one(), &args![&counter])? };
+        let g = def.instantiate()?;
+        if i % 2 == 0 {
+            g.launch(&s)?;
+        }
+        graphs.push(g);
+    }
+    s.synchronize()?;
+    assert_eq!(counter.to_vec()?, [150]);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let capturer = {
+        let (device, add_one, stop) = (gpu.device.clone(), add_one.clone(), stop.clone());
+        std::thread::spawn(move || -> Result<i32, String> {
+            let run = || -> cuda_graph::Result<i32> {
+                let s = device.create_stream()?;
+                let counter = device.alloc_zeroed::<i32>(1)?;
+                let mut cycles = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || cycles < 20 {
+                    let b = s.create_graph_builder().begin_building(Global)?;
+                    // SAFETY: add_one(int*).
+                    unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
+                    b.end_building()?.instantiate()?.launch(&s)?;
+                    cycles += 1;
+                }
+                s.synchronize()?;
+                let n = counter.to_vec()?[0];
+                Ok(if n == cycles { cycles } else { -n })
+            };
+            match run() {
+                Ok(c) if c >= 0 => Ok(c),
+                Ok(n) => Err(format!("the captures ran {} times", -n)),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    };
+    for g in graphs {
+        drop(g);
+        std::thread::yield_now();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let cycles = capturer.join().map_err(|_| "capturer panicked")??;
+    println!("    300 conditional execs dropped beside {cycles} Global captures");
     Ok(())
 }
 
