@@ -1,6 +1,6 @@
 //! [`NodeParams`]: complete replacement parameters for one kind of node, and setting them on a
 //! definition's node ([`GraphDefinition::set_params`]). Execs set them with
-//! [`Graph::set_params`](crate::Graph::set_params) (in `graph/nodes.rs`).
+//! [`Graph::set_params`](crate::Graph::set_params) (in `definition/exec_nodes.rs`).
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
