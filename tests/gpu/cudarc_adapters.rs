@@ -8,7 +8,9 @@ use cudarc::driver::{sys, CudaContext};
 use cudarc::nvrtc::Ptx;
 
 use crate::args;
-use crate::support::{eventually, one, Gpu, Needs, TestResult, KERNELS};
+use crate::support::{
+    eventually, global_captures_beside_drops, one, Gpu, Needs, TestResult, KERNELS,
+};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
@@ -50,26 +52,7 @@ fn slices_released_by_a_dropped_exec_never_invalidate_a_global_capture(gpu: &Gpu
         graphs.push(g);
     }
     gpu.device.synchronize()?;
-    let add_one = gpu.f("add_one");
-    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
-    let s = gpu.stream();
-    let dropper = std::thread::spawn(move || {
-        for g in graphs {
-            drop(g);
-            std::thread::yield_now();
-        }
-    });
-    let mut cycles = 0;
-    while !dropper.is_finished() || cycles < 50 {
-        let b = s.create_graph_builder().begin_building(Global)?;
-        // SAFETY: add_one(int*).
-        unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
-        b.end_building()?.instantiate()?.launch(&s)?;
-        cycles += 1;
-    }
-    s.synchronize()?;
-    dropper.join().map_err(|_| "dropper panicked")?;
-    assert_eq!(counter.to_vec()?, [cycles]);
+    let cycles = global_captures_beside_drops(gpu, graphs)?;
     println!("    {cycles} Global captures beside 200 execs releasing cudarc slices");
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use cuda_graph::prelude::*;
 
 use crate::args;
-use crate::support::{eventually, one, Gpu, Needs, TestResult};
+use crate::support::{eventually, global_captures_beside_drops, one, Gpu, Needs, TestResult};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
@@ -704,29 +704,11 @@ fn frees_during_relaxed_and_thread_local_captures_keep_them_valid(gpu: &Gpu) -> 
 /// Item 14: buffers dropped on another thread while this one runs Global captures: a free that
 /// fell between the check "no Global capture" and the free invalidated the capture.
 fn drops_on_another_thread_never_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
-    let add_one = gpu.f("add_one");
-    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
     let bufs: Vec<_> = (0..3000)
         .map(|_| gpu.device.alloc_zeroed::<u8>(512))
         .collect::<cuda_graph::Result<_>>()?;
     let watches: Vec<_> = bufs.iter().map(|b| b.release_observer()).collect();
-    let s = gpu.stream();
-    let dropper = std::thread::spawn(move || {
-        for b in bufs {
-            drop(b);
-            std::thread::yield_now();
-        }
-    });
-    let mut cycles = 0;
-    while !dropper.is_finished() || cycles < 50 {
-        let b = s.create_graph_builder().begin_building(Global)?;
-        // SAFETY: add_one(int*).
-        unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
-        let ended = b.end_building()?;
-        cycles += 1;
-        drop(ended);
-    }
-    dropper.join().map_err(|_| "dropper panicked")?;
+    let cycles = global_captures_beside_drops(gpu, bufs)?;
     assert!(eventually(|| watches.iter().all(|w| w.is_released())));
     println!("    {cycles} Global captures beside 3000 drops on another thread");
     Ok(())
@@ -738,7 +720,6 @@ fn drops_on_another_thread_never_invalidate_a_global_capture(gpu: &Gpu) -> TestR
 /// while a Global capture records, or the capture is invalidated.
 fn exec_drops_on_another_thread_never_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
-    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
     let other = gpu.stream();
     let mut graphs = Vec::new();
     let mut watches = Vec::new();
@@ -753,25 +734,7 @@ fn exec_drops_on_another_thread_never_invalidate_a_global_capture(gpu: &Gpu) -> 
         graphs.push(g);
     }
     other.synchronize()?;
-    let s = gpu.stream();
-    let dropper = std::thread::spawn(move || {
-        for g in graphs {
-            drop(g);
-            std::thread::yield_now();
-        }
-    });
-    let mut cycles = 0;
-    while !dropper.is_finished() || cycles < 50 {
-        let b = s.create_graph_builder().begin_building(Global)?;
-        // SAFETY: add_one(int*).
-        unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
-        let g = b.end_building()?.instantiate()?;
-        g.launch(&s)?;
-        cycles += 1;
-    }
-    s.synchronize()?;
-    dropper.join().map_err(|_| "dropper panicked")?;
-    assert_eq!(counter.to_vec()?, [cycles]);
+    let cycles = global_captures_beside_drops(gpu, graphs)?;
     assert!(eventually(|| watches.iter().all(|w| w.is_released())));
     println!("    {cycles} Global captures beside 300 exec drops on another thread");
     Ok(())

@@ -158,3 +158,35 @@ pub fn stays(mut cond: impl FnMut() -> bool) -> bool {
     }
     true
 }
+
+/// Drops `values` one by one on a second thread while this one runs Global captures (an
+/// `add_one` launch each, instantiated and launched), until the dropper is done and at least 50
+/// captures ran. Every capture must stay valid (a drop that makes a call CUDA forbids during a
+/// Global capture invalidates it, and the capture's `end_building` fails) and run once.
+/// Returns how many ran.
+pub fn global_captures_beside_drops<T: Send + 'static>(
+    gpu: &Gpu,
+    values: Vec<T>,
+) -> Result<i32, Box<dyn std::error::Error>> {
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.stream();
+    let dropper = std::thread::spawn(move || {
+        for v in values {
+            drop(v);
+            std::thread::yield_now();
+        }
+    });
+    let mut cycles = 0;
+    while !dropper.is_finished() || cycles < 50 {
+        let b = s.create_graph_builder().begin_building(Global)?;
+        // SAFETY: add_one(int*).
+        unsafe { b.launch_unchecked(&add_one, one(), &crate::args![&counter])? };
+        b.end_building()?.instantiate()?.launch(&s)?;
+        cycles += 1;
+    }
+    s.synchronize()?;
+    dropper.join().map_err(|_| "the dropping thread panicked")?;
+    assert_eq!(counter.to_vec()?, [cycles], "every capture ran once");
+    Ok(cycles)
+}
