@@ -1,5 +1,9 @@
 //! A leak soak: each kind of graph cycle run many times through the crate, and the same cycle
-//! through raw driver calls (`cudarc::driver::sys`) in the same process, as the control.
+//! through raw driver calls (`cudarc::driver::sys`), as the control. Each loop's two sides run
+//! in fresh processes of this binary, one each (`--side`, internal), so neither side runs in
+//! memory the other freed: measured one after the other in one process, the raw control of
+//! `edit` looked flat while it grows alone as much as the crate's side (`--in-process` keeps
+//! the old way).
 //!
 //! ```text
 //! cargo run --release --example soak                       # 2000 cycles per loop (SOAK_CYCLES unset)
@@ -17,7 +21,8 @@
 //! thread, as the crate's release thread may), `--raw-host-func` (the raw side queues a no-op
 //! host function after each graph launch, as the crate's dropped execs did), `--raw-only` (only
 //! the raw control runs: to tell the driver's behaviour from the crate's under a tool such as
-//! compute-sanitizer), `--help`. Exit status: 0 when every loop
+//! compute-sanitizer), `--in-process` (both sides in this process, crate first), `--help`.
+//! Exit status: 0 when every loop
 //! is flat (or the soak is skipped because there is no driver or GPU), 1 when a loop grows or
 //! fails, 2 for a bad command line.
 //!
@@ -278,6 +283,27 @@ struct Options {
     /// Only the raw control runs (the crate side's cycles do nothing): to tell, under a tool such
     /// as compute-sanitizer, the driver's behaviour from the crate's.
     raw_only: bool,
+    /// Both sides measured in this process, the crate's first (before stop 18 the only way; a
+    /// side measured after the other can reuse memory the first freed, which hid the driver's
+    /// own growth in the raw control of `edit`).
+    in_process: bool,
+    /// Internal: this process measures one side of the `--only` loop and prints its rounds.
+    side: Option<Side>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Crate,
+    Raw,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Crate => "crate",
+            Side::Raw => "raw",
+        }
+    }
 }
 
 const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--report-only]
@@ -289,6 +315,9 @@ const USAGE: &str = "usage: soak [--cycles N] [--warmup N] [--only NAME] [--repo
   --raw-free-elsewhere the raw edit loop frees its replaced buffers on a second thread
   --raw-host-func the raw side queues a no-op host function after each graph launch
   --raw-only     only the raw control runs (the crate side's cycles do nothing)
+  --in-process   measure both sides in this process (crate first) instead of one fresh
+                 process per loop and side
+  --side S       (internal) measure only side S (crate or raw) of the --only loop
 Exit status: 0 all flat (or skipped: no driver/GPU), 1 a loop grows (unless --report-only) or
 fails, 2 bad usage.";
 
@@ -310,6 +339,8 @@ fn parse_args() -> Result<Option<Options>, String> {
         raw_free_elsewhere: false,
         raw_host_func: false,
         raw_only: false,
+        in_process: false,
+        side: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -330,6 +361,14 @@ fn parse_args() -> Result<Option<Options>, String> {
             "--raw-free-elsewhere" => opts.raw_free_elsewhere = true,
             "--raw-host-func" => opts.raw_host_func = true,
             "--raw-only" => opts.raw_only = true,
+            "--in-process" => opts.in_process = true,
+            "--side" => {
+                opts.side = Some(match value("--side")?.as_str() {
+                    "crate" => Side::Crate,
+                    "raw" => Side::Raw,
+                    v => return Err(format!("--side wants crate or raw, got `{v}`")),
+                })
+            }
             "--cycles" => opts.cycles = positive("--cycles", &value("--cycles")?)?,
             "--warmup" => {
                 opts.warmup = value("--warmup")?
@@ -350,6 +389,9 @@ fn parse_args() -> Result<Option<Options>, String> {
             Ok(v) => positive("SOAK_CYCLES", &v)?,
             Err(_) => DEFAULT_CYCLES,
         };
+    }
+    if opts.side.is_some() && opts.only.is_none() {
+        return Err("--side needs --only".into());
     }
     Ok(Some(opts))
 }
@@ -1498,20 +1540,59 @@ fn run_rounds(
         raw.cycle(kind, rs)
     };
 
-    for i in 0..opts.warmup {
-        crate_cycle().map_err(|e| format!("warm-up cycle {}: {e}", i + 1))?;
-    }
-    raw.bind()?;
-    for i in 0..opts.warmup {
-        raw.cycle(kind, rs)
+    if let Some(side) = opts.side {
+        // A child: warm up and measure this side only, two rounds, and report them.
+        for i in 0..opts.warmup {
+            match side {
+                Side::Crate => crate_cycle(),
+                Side::Raw => raw_cycle(),
+            }
             .map_err(|e| format!("warm-up cycle {}: {e}", i + 1))?;
+        }
+        for round in 1..=2 {
+            let g = match side {
+                Side::Crate => meter.measure(opts.cycles, crate_cycle)?,
+                Side::Raw => meter.measure(opts.cycles, raw_cycle)?,
+            };
+            say(format!(
+                "{SIDE_TAG} {round} {} {} {} {}",
+                g.rss.map_or("-".to_string(), |v| v.to_string()),
+                g.dev,
+                g.heap,
+                g.elapsed.as_nanos()
+            ));
+        }
+        drop(stream);
+        loop_owned.destroy()?;
+        return Ok(Verdict::Flat);
     }
+    let separate = if opts.in_process {
+        for i in 0..opts.warmup {
+            crate_cycle().map_err(|e| format!("warm-up cycle {}: {e}", i + 1))?;
+        }
+        raw.bind()?;
+        for i in 0..opts.warmup {
+            raw.cycle(kind, rs)
+                .map_err(|e| format!("warm-up cycle {}: {e}", i + 1))?;
+        }
+        None
+    } else {
+        Some((
+            measure_in_child(kind, Side::Crate, opts)?,
+            measure_in_child(kind, Side::Raw, opts)?,
+        ))
+    };
 
     let mut verdict = Verdict::Growing;
     for round in 1..=2 {
         outcome.rounds = round;
-        let c = meter.measure(opts.cycles, crate_cycle)?;
-        let r = meter.measure(opts.cycles, raw_cycle)?;
+        let (c, r) = match &separate {
+            Some((c, r)) => (c[round as usize - 1], r[round as usize - 1]),
+            None => (
+                meter.measure(opts.cycles, crate_cycle)?,
+                meter.measure(opts.cycles, raw_cycle)?,
+            ),
+        };
         outcome.growth = Some((c, r));
         let (flat, why) = judge(&c, &r, page);
         let text = match (flat, round) {
@@ -1541,6 +1622,72 @@ fn run_rounds(
     drop(stream);
     loop_owned.destroy()?;
     Ok(verdict)
+}
+
+/// What a child measuring one side prints per round: the tag, the round, then the RSS growth
+/// (`-` when unreadable), device-memory growth and live-heap growth in bytes, and the elapsed
+/// nanoseconds.
+const SIDE_TAG: &str = "soak-side-round";
+
+/// Measures one side of loop `kind` in a fresh process of this binary (`--side`), so neither
+/// side runs in memory the other freed: two rounds of `opts.cycles` after `opts.warmup` cycles.
+fn measure_in_child(kind: Kind, side: Side, opts: &Options) -> Result<[Growth; 2], String> {
+    let exe = std::env::current_exe().map_err(|e| format!("this binary's path: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--only", kind.name(), "--side", side.name()])
+        .args(["--cycles", &opts.cycles.to_string()])
+        .args(["--warmup", &opts.warmup.to_string()]);
+    if opts.raw_node_ctx {
+        cmd.arg("--raw-node-ctx");
+    }
+    if opts.raw_free_elsewhere {
+        cmd.arg("--raw-free-elsewhere");
+    }
+    if opts.raw_host_func {
+        cmd.arg("--raw-host-func");
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{} side: cannot start a child: {e}", side.name()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rounds = Vec::new();
+    for l in text.lines().filter(|l| l.starts_with(SIDE_TAG)) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let num = |i: usize| -> Result<i64, String> {
+            f.get(i)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("{} side: unreadable line `{l}`", side.name()))
+        };
+        rounds.push(Growth {
+            n: opts.cycles,
+            rss: f.get(2).and_then(|v| v.parse().ok()),
+            dev: num(3)?,
+            heap: num(4)?,
+            elapsed: Duration::from_nanos(num(5)?.max(0) as u64),
+        });
+    }
+    match <[Growth; 2]>::try_from(rounds) {
+        Ok(r) if out.status.success() => Ok(r),
+        _ => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let why: Vec<&str> = text
+                .lines()
+                .chain(err.lines())
+                .filter(|l| l.contains("FAILED") || l.contains("error") || l.contains("panicked"))
+                .take(3)
+                .collect::<Vec<_>>();
+            Err(format!(
+                "{} side (child, {}): {}",
+                side.name(),
+                out.status,
+                if why.is_empty() {
+                    "no result".to_string()
+                } else {
+                    why.join("; ")
+                }
+            ))
+        }
+    }
 }
 
 fn summary(outcomes: &[Outcome], opts: &Options) {
