@@ -1669,22 +1669,21 @@ fn measure_in_child(kind: Kind, side: Side, opts: &Options) -> Result<[Growth; 2
     match <[Growth; 2]>::try_from(rounds) {
         Ok(r) if out.status.success() => Ok(r),
         _ => {
+            // The child's own FAILED line says why; else what it wrote to stderr.
             let err = String::from_utf8_lossy(&out.stderr);
-            let why: Vec<&str> = text
+            let why = text
                 .lines()
-                .chain(err.lines())
-                .filter(|l| l.contains("FAILED") || l.contains("error") || l.contains("panicked"))
-                .take(3)
-                .collect::<Vec<_>>();
+                .find_map(|l| l.split_once("FAILED: ").map(|(_, why)| why.to_string()))
+                .or_else(|| {
+                    err.lines()
+                        .find(|l| !l.trim().is_empty())
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| "no result".to_string());
             Err(format!(
-                "{} side (child, {}): {}",
+                "{} side (child, {}): {why}",
                 side.name(),
-                out.status,
-                if why.is_empty() {
-                    "no result".to_string()
-                } else {
-                    why.join("; ")
-                }
+                out.status
             ))
         }
     }
