@@ -318,6 +318,10 @@ pub(crate) fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> 
     if let Some(why) = &tree.broken {
         return Err(Error::InvalidArgument(why.clone()));
     }
+    if tree.captures.is_empty() && tree.dead.is_empty() {
+        // The common case, on every node added: nothing below can refuse.
+        return Ok(());
+    }
     if tree.is_capturing_into(graph.id) {
         return Err(Error::InvalidArgument(
             "a stream capture is recording into this graph (its conditional body builder is capturing): call `end_building()` on the body first".into(),

@@ -502,8 +502,9 @@ impl GraphDefinition {
         let mut released = Vec::new();
         let mut locked = self.lock()?;
         let graph = self.handle();
-        let raw_deps = node::check_all(&locked.tree, graph.id, deps)?;
-        node::check_all(&locked.tree, graph.id, live)?;
+        let mut raw_deps = node::RawNodes::new();
+        node::check_into(&locked.tree, graph.id, deps, &mut raw_deps)?;
+        node::check_each(&locked.tree, graph.id, live)?;
         let mut out = std::ptr::null_mut();
         add(graph.raw, deps_ptr(&raw_deps), raw_deps.len(), &mut out)?;
         let node = node::fresh(&mut locked.tree, graph.id, out, held, &mut released);
