@@ -116,6 +116,10 @@ impl Graph {
         let r = unsafe { raw.apply(Target::Exec(self.exec.raw), raw_node, self.exec.ctx.raw) };
         drop((tree, child_tree));
         r?;
+        // Stream-ordered allocations among the new parameters exist before the next launch.
+        state
+            .pending_ready
+            .extend(driver::memory::ready_events(owners.iter()));
         // Launches made so far may still use what the replaced parameters used.
         if let Some(replaced) = state.node_owners.insert((node.graph, node.raw), owners) {
             state.release_after_last_launch(Box::new(replaced));

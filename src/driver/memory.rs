@@ -1,5 +1,6 @@
 //! Device memory handle.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::sys;
@@ -36,6 +37,43 @@ impl std::fmt::Debug for DeviceAlloc {
             .field("stream_ordered", &self.ordered.is_some())
             .finish()
     }
+}
+
+/// Whether this process has made a stream-ordered allocation: until it has, no graph can hold
+/// one, and [`ready_events`] has nothing to look for.
+static ANY_ORDERED: AtomicBool = AtomicBool::new(false);
+
+/// The `ready` events of the stream-ordered allocations among `owners` (looking inside shared
+/// chunks, as graphs hold them), each once. A graph that holds such an allocation may be
+/// launched on any stream: its first launch must wait for the allocation (and its zeroing) to
+/// have been made on the allocation's own stream.
+pub(crate) fn ready_events<'a>(
+    owners: impl Iterator<Item = &'a super::graph::Owner>,
+) -> Vec<Arc<EventHandle>> {
+    fn walk<'a>(
+        items: impl Iterator<Item = &'a super::graph::Owner>,
+        out: &mut Vec<Arc<EventHandle>>,
+        depth: u32,
+    ) {
+        for o in items {
+            if let Some(alloc) = o.downcast_ref::<DeviceAlloc>() {
+                if let Some(ord) = &alloc.ordered {
+                    if !out.iter().any(|e| Arc::ptr_eq(e, &ord.ready)) {
+                        out.push(ord.ready.clone());
+                    }
+                }
+            } else if depth > 0 {
+                if let Some(chunk) = o.downcast_ref::<Vec<super::graph::Owner>>() {
+                    walk(chunk.iter(), out, depth - 1);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if ANY_ORDERED.load(Ordering::Relaxed) {
+        walk(owners, &mut out, 8);
+    }
+    out
 }
 
 /// Where a stream-ordered allocation (`cuMemAllocAsync`) is ordered.
@@ -133,6 +171,8 @@ impl DeviceAlloc {
     pub(crate) fn zeroed_async(stream: &Arc<StreamHandle>, bytes: usize) -> Result<Arc<Self>> {
         let ctx = &stream.ctx;
         ctx.bind()?;
+        // Before the allocation exists, so that no graph can hold it unseen.
+        ANY_ORDERED.store(true, Ordering::Relaxed);
         // Made first, so that nothing fails between the allocation and its owner.
         let ready = EventHandle::new(ctx)?;
         let mut ptr = 0;

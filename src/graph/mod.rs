@@ -219,6 +219,11 @@ pub(crate) struct ExecState {
     /// per node `(graph id, raw node)`: the current ones. Replaced ones are released after the
     /// last launch that may use them.
     pub(crate) node_owners: IdMap<(u64, usize), Owners>,
+    /// The `ready` events of stream-ordered allocations (`Stream::alloc_async`) that the exec
+    /// uses and that no launch of it has waited for yet: the next launch's stream waits on them
+    /// first (later launches are ordered after it). Set at instantiation, update and per-node
+    /// update.
+    pub(crate) pending_ready: Vec<Arc<crate::driver::event::EventHandle>>,
     /// Whether the exec was instantiated for device launch.
     device_launch: bool,
     /// Set once [`Graph::device_handle`] handed out a handle: device code may launch the exec
@@ -501,6 +506,7 @@ impl Graph {
         let epoch = tree.epoch;
         // The exec holds what the graph's nodes use now, until its last launch has finished.
         let keep = tree.snapshot();
+        let pending_ready = driver::memory::ready_events(keep.iter().flat_map(|c| c.iter()));
         let unfreed: Vec<u64> = tree.unfreed.values().copied().collect();
         // SAFETY: `graph` is live and its tree locked; `params` is fully initialised and has the
         // layout of `CUDA_GRAPH_INSTANTIATE_PARAMS` (asserted above), with `result_out` a `u32`
@@ -539,6 +545,7 @@ impl Graph {
                 keep,
                 unfreed,
                 epoch,
+                pending_ready,
                 device_launch: options.device_launch,
                 ..ExecState::default()
             }),
@@ -566,6 +573,12 @@ impl Graph {
         stream.enqueue(|rec| {
             if rec.capturing() {
                 return Err(launch_in_capture("launched"));
+            }
+            // Stream-ordered allocations the exec uses exist (and are zeroed) before it runs.
+            while let Some(ready) = state.pending_ready.last() {
+                // SAFETY: the stream and the event are live; flags 0.
+                unsafe { driver::stream::wait_event(stream.raw(), ready.raw, 0) }?;
+                state.pending_ready.pop();
             }
             // SAFETY: exec and stream are live; the exec's lock is held.
             unsafe { driver::graph::launch(self.exec.raw, stream.raw()) }
@@ -637,6 +650,13 @@ impl Graph {
                 let ctx = &self.exec.ctx;
                 ctx.bind()?;
                 let setup = ctx.setup_stream()?;
+                // Device code may launch the exec from now on: its stream-ordered allocations
+                // must exist first (waited for below, with the upload).
+                while let Some(ready) = state.pending_ready.last() {
+                    // SAFETY: the setup stream and the event are live; flags 0.
+                    unsafe { driver::stream::wait_event(setup, ready.raw, 0) }?;
+                    state.pending_ready.pop();
+                }
                 // SAFETY: the exec and the context's setup stream are live; the exec's lock is
                 // held; the setup stream is never captured.
                 unsafe { driver::graph::upload(self.exec.raw, setup) }?;
@@ -715,6 +735,7 @@ impl Graph {
         } else {
             Vec::new()
         };
+        let ready = driver::memory::ready_events(keep.iter().flat_map(|c| c.iter()));
         drop(tree);
         let failure = update_failure(info.result);
         if failure.is_some() || r.is_err() {
@@ -739,6 +760,7 @@ impl Graph {
             }
         }
         state.launched_since_update = false;
+        state.pending_ready.extend(ready);
         Ok(())
     }
 }

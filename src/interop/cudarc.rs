@@ -174,8 +174,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// `DeviceBuffer` is. The `Arc<CudaSlice<T>>` is held by the buffer, its clones and every
     /// graph and exec that uses it, and dropped after the last of them. A slice of another device
     /// or context, or an empty one, is refused with [`Error::InvalidArgument`]; so is converting
-    /// while cudarc tracks events and the slice's own stream captures (see the
-    /// [module documentation](crate::interop::cudarc)).
+    /// while the slice's own stream captures (see the
+    /// [module documentation](crate::interop::cudarc)). The conversion waits for the work
+    /// queued on the slice's stream so far: cudarc allocates and zeroes a slice there with
+    /// stream-ordered calls, and this crate's streams and graphs are not ordered after them.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -222,23 +224,29 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 }
 
-/// The slice's device address, read through cudarc's `DevicePtr` on the slice's own stream.
-/// With event tracking on, that waits on and records the slice's events there, which is refused
-/// while that stream captures (it would invalidate the capture).
+/// The slice's device address, read through cudarc's `DevicePtr` on the slice's own stream,
+/// once the work queued on that stream so far has run. cudarc allocates and zeroes a slice with
+/// stream-ordered calls on its stream (`cuMemAllocAsync`, a memset), so the memory is the
+/// slice's only once they have run; this crate's streams and graphs are not ordered after them,
+/// so the conversion waits for them (`cuStreamSynchronize` of the slice's stream). Refused while
+/// that stream captures: the wait would invalidate the capture, and with event tracking on so
+/// would cudarc's own event waits there.
 fn base_ptr<T>(device: &Device, slice: &CudaSlice<T>) -> Result<u64> {
     let stream = slice.stream();
-    if slice.context().is_managing_stream_synchronization() {
-        device.ctx.bind()?;
-        // SAFETY: the slice holds its stream alive, and the stream is of the slice's context,
-        // `device`'s primary context (checked by the caller), now current.
-        let status = unsafe { driver::stream::capture_status_of(stream.cu_stream()) }?;
-        if status != CaptureStatus::None {
-            return Err(Error::InvalidArgument(
-                "the cudarc slice's own stream is capturing and cudarc tracks events: convert the slice before the capture, or disable cudarc's event tracking before allocating it".into(),
-            ));
-        }
+    device.ctx.bind()?;
+    // SAFETY: the slice holds its stream alive, and the stream is of the slice's context,
+    // `device`'s primary context (checked by the caller), now current.
+    let status = unsafe { driver::stream::capture_status_of(stream.cu_stream()) }?;
+    if status != CaptureStatus::None {
+        return Err(Error::InvalidArgument(
+            "the cudarc slice's own stream is capturing: convert the slice before the capture begins, or allocate it on another stream".into(),
+        ));
     }
     let (ptr, _recorded_on_drop) = slice.device_ptr(stream);
+    // SAFETY: as above. The stream was not capturing just now; should another thread begin a
+    // cudarc capture on it in between, the wait fails (and invalidates that capture) with an
+    // error, which is returned.
+    unsafe { driver::stream::synchronize_raw(stream.cu_stream()) }?;
     Ok(ptr)
 }
 

@@ -192,10 +192,15 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn record(&self, event: &Event) -> Result<()> {
+        // Held across the record: a `wait` on this event sees the record and where it was made
+        // together, never one without the other (a wait between the two would join the capture
+        // in the driver while this crate thought the waiting stream was not capturing). Taken
+        // before the stream's slot, as `wait` does.
+        let mut recorded_in = lock(&event.handle.recorded_in);
         self.enqueue(|rec| {
             // SAFETY: both handles are live and belong to this context.
             unsafe { driver::stream::record_event(event.handle.raw, self.raw()) }?;
-            *lock(&event.handle.recorded_in) = rec.link();
+            *recorded_in = rec.link();
             rec.hold_until_end(event.handle.clone());
             Ok(())
         })
@@ -217,7 +222,9 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn wait(&self, event: &Event) -> Result<()> {
-        let joins = lock(&event.handle.recorded_in).clone();
+        // Held across the wait (see `record`): the event is not recorded again meanwhile.
+        let recorded_in = lock(&event.handle.recorded_in);
+        let joins = recorded_in.as_ref();
         let wait = || {
             // SAFETY: both handles are live; flags must be 0.
             unsafe { driver::stream::wait_event(self.raw(), event.handle.raw, 0) }
@@ -226,14 +233,14 @@ impl Stream {
             if rec.capturing() {
                 rec.hold_until_end(event.handle.clone());
             } else {
-                if let Some(link) = &joins {
+                if let Some(link) = joins {
                     if let Some(graph) = link.graph.upgrade() {
                         let mut tree = graph.lock();
                         if tree.captures.contains_key(&link.id) {
                             // The driver makes this stream part of the capture: so does the slot.
                             // The stream must live until the capture ends.
                             wait()?;
-                            *rec.slot = Some(link.clone());
+                            *rec.slot = Some((*link).clone());
                             let held = tree.until_end.entry(link.id).or_default();
                             held.push(self.handle.clone());
                             held.push(event.handle.clone());

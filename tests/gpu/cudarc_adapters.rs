@@ -24,11 +24,45 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         work_during_a_cudarc_capture_is_refused,
     ),
     (
+        "cudarc::a_converted_slice_is_ready_before_the_crate_uses_it",
+        Needs::Gpu,
+        a_converted_slice_is_ready_before_the_crate_uses_it,
+    ),
+    (
         "cudarc::slices_released_by_a_dropped_exec_never_invalidate_a_global_capture",
         Needs::Gpu,
         slices_released_by_a_dropped_exec_never_invalidate_a_global_capture,
     ),
 ];
+
+/// cudarc allocates and zeroes a slice with stream-ordered calls on the slice's stream; this
+/// crate's streams are not ordered after them. Here they queue behind a 200 ms kernel, and a
+/// crate stream writes the converted slice at once: unless the conversion waited for the
+/// slice's stream, cudarc's zeroing ran after the write and wiped it (and before the
+/// allocation was made, the memory was not the slice's yet).
+fn a_converted_slice_is_ready_before_the_crate_uses_it(gpu: &Gpu) -> TestResult {
+    let ctx = CudaContext::new(gpu.device.ordinal())?;
+    let device = Device::from_cudarc(&ctx)?;
+    let cs = ctx.new_stream()?;
+    // SAFETY: the cudarc stream is used by the crate only here, with no cudarc capture.
+    let busy = unsafe { Stream::from_cudarc(&device, &cs)? };
+    // SAFETY: spin(unsigned long long ns).
+    unsafe { busy.launch_unchecked(&gpu.f("spin"), one(), &args![200_000_000u64])? };
+    let slice = Arc::new(cs.alloc_zeros::<i32>(4)?);
+    let buf = DeviceBuffer::from_cudarc(&device, slice)?;
+    // SAFETY: fill(int* p, int n, int v) writes p[0..n).
+    let fill: Kernel<(*mut i32, i32, i32)> = unsafe { gpu.module.kernel("fill")? };
+    let s = gpu.stream();
+    s.launch(&fill, one(), (&buf, 4, 7))?;
+    s.synchronize()?;
+    cs.synchronize()?;
+    assert_eq!(
+        buf.to_vec()?,
+        [7; 4],
+        "cudarc's zeroing ran after the crate's write"
+    );
+    Ok(())
+}
 
 /// A dropped exec releases what it held on the dropping thread once its launches have ended
 /// (or at once, never launched) — here cudarc slices, whose `Drop` frees with driver calls that

@@ -32,6 +32,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         Needs::Gpu,
         stream_alloc_async_is_a_device_buffer,
     ),
+    (
+        "memory::graphs_wait_for_the_stream_ordered_memory_they_use",
+        Needs::Gpu,
+        graphs_wait_for_the_stream_ordered_memory_they_use,
+    ),
     ("memory::pinned_round_trip", Needs::Gpu, pinned_round_trip),
     (
         "memory::pinned_copies_are_refused_in_a_capture",
@@ -358,5 +363,50 @@ fn slices_are_views_that_keep_their_allocation(gpu: &Gpu) -> TestResult {
     drop(part);
     a.free_async(ordered)?;
     a.synchronize()?;
+    Ok(())
+}
+
+/// `Stream::alloc_async` queues the allocation and its zeroing on its stream, here behind a
+/// 200 ms kernel. A graph that writes the buffer may launch on any stream; its first launch
+/// must wait for them, or the zeroing runs after the graph's write and wipes it (and before the
+/// allocation was made the memory was not the buffer's yet). Built both ways: a definition
+/// node, and a per-node update of another exec's parameters to the new buffer.
+fn graphs_wait_for_the_stream_ordered_memory_they_use(gpu: &Gpu) -> TestResult {
+    // SAFETY: fill(int* p, int n, int v) writes p[0..n); spin(unsigned long long ns).
+    let fill: Kernel<(*mut i32, i32, i32)> = unsafe { gpu.module.kernel("fill")? };
+    let spin: Kernel<(u64,)> = unsafe { gpu.module.kernel("spin")? };
+    let a = gpu.stream();
+    let c = gpu.stream();
+
+    a.launch(&spin, one(), 200_000_000u64)?;
+    let buf = a.alloc_async::<i32>(4)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    def.add_kernel(&[], &fill, one(), (&buf, 4, 7))?;
+    def.instantiate()?.launch(&c)?;
+    c.synchronize()?;
+    a.synchronize()?;
+    assert_eq!(
+        buf.to_vec()?,
+        [7; 4],
+        "the graph ran before the allocation's zeroing"
+    );
+
+    let other = gpu.device.alloc_zeroed::<i32>(4)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let node = def.add_kernel(&[], &fill, one(), (&other, 4, 1))?;
+    let mut g = def.instantiate()?;
+    g.launch(&c)?;
+    c.synchronize()?;
+    a.launch(&spin, one(), 200_000_000u64)?;
+    let fresh = a.alloc_async::<i32>(4)?;
+    g.set_params(&node, NodeParams::kernel(&fill, one(), (&fresh, 4, 9))?)?;
+    g.launch(&c)?;
+    c.synchronize()?;
+    a.synchronize()?;
+    assert_eq!(
+        fresh.to_vec()?,
+        [9; 4],
+        "the updated exec ran before the allocation's zeroing"
+    );
     Ok(())
 }
