@@ -503,7 +503,8 @@ impl Stream {
     /// go (`cuMemFreeAsync` after the work queued on this stream by then; should the stream be
     /// capturing at that moment, a helper thread frees it once the capture is over and the
     /// stream idle): work on other streams that uses it must be ordered before that drop (wait
-    /// for it), as with CUDA's stream-ordered allocator. Graphs that use it hold it.
+    /// for it), as with CUDA's stream-ordered allocator. Graphs that use it hold it, and an
+    /// exec's first launch (on whatever stream) waits for the allocation and its zeroing.
     ///
     /// Refused while the stream captures (the memory would exist only while the graph runs):
     /// use the builder's [`alloc_async`](crate::GraphBuilder::alloc_async), which returns a
