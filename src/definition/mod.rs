@@ -289,9 +289,9 @@ impl GraphDefinition {
         path: impl AsRef<Path>,
         options: &GraphDebugPrintOptions,
     ) -> Result<()> {
-        // Checked under the lock here; `dot_print` takes the lock again for the call itself.
-        drop(self.lock()?);
-        crate::graph::dot_print(&self.graph, path.as_ref(), options)
+        crate::graph::dot_print(&self.graph, path.as_ref(), options, |tree| {
+            check_usable(&self.graph, tree)
+        })
     }
 
     /// Creates a conditional handle in this graph (`cuGraphConditionalHandleCreate`), for the

@@ -218,13 +218,64 @@ pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) -> Vec<
         .remove(graph, node.raw, node.serial)
         .into_iter()
         .collect();
-    tree.unfreed.remove(&(graph, node.raw));
+    let key = (graph, node.raw);
+    tree.unfreed.remove(&key);
+    // If it was an allocation node, a free node of it destroyed later has nothing to give back.
+    tree.frees.retain(|_, (alloc, _)| *alloc != key);
+    if let Some((alloc, ptr)) = tree.frees.remove(&key) {
+        // A free node: its allocation is no longer freed by the graph, so execs free it again.
+        tree.unfreed.insert(alloc, ptr);
+    }
     let mut owned: Vec<u64> = tree
         .conditionals
         .remove(&(graph, node.raw))
         .map(|rec| rec.bodies.iter().map(|&(id, _)| id).collect())
         .unwrap_or_default();
     owned.extend(tree.embedded.remove(&(graph, node.raw)));
+    released.extend(forget_graphs(tree, owned));
+    released
+}
+
+/// Forgets graphs the driver freed (the bodies or the child graph of a destroyed node, or a
+/// child graph whose contents a parameter update replaced) and returns what their nodes used:
+/// they are marked dead, so their views and node tokens are refused from now on.
+#[must_use = "the owners are dropped by the caller, after unlocking the tree"]
+pub(crate) fn forget_graphs(tree: &mut TreeState, mut owned: Vec<u64>) -> Vec<Owner> {
+    // What those graphs' own conditional and child-graph nodes owned goes with them, at any
+    // depth: the driver freed it all (an exec's per-node update must never reach those nodes,
+    // and a handle that drove a nested conditional node is free again).
+    let mut work = owned.clone();
+    while let Some(g) = work.pop() {
+        let conds: Vec<(u64, usize)> = tree
+            .conditionals
+            .keys()
+            .filter(|(parent, _)| *parent == g)
+            .copied()
+            .collect();
+        for key in conds {
+            if let Some(rec) = tree.conditionals.remove(&key) {
+                for &(id, _) in &rec.bodies {
+                    owned.push(id);
+                    work.push(id);
+                }
+            }
+        }
+        let children: Vec<(u64, usize)> = tree
+            .embedded
+            .keys()
+            .filter(|(parent, _)| *parent == g)
+            .copied()
+            .collect();
+        for key in children {
+            if let Some(id) = tree.embedded.remove(&key) {
+                owned.push(id);
+                work.push(id);
+            }
+        }
+        tree.unfreed.retain(|(parent, _), _| *parent != g);
+        tree.frees.retain(|(parent, _), _| *parent != g);
+    }
+    let mut released = Vec::new();
     if !owned.is_empty() {
         released.extend(tree.nodes.remove_graphs(&owned));
         tree.dead.extend(owned);
@@ -450,6 +501,53 @@ mod tests {
             .insert((1, 0x100), CondRecord::with_bodies(&[7, 8]));
         let _ = forget(&mut tree, 1, &c);
         assert!(tree.dead.contains(&7) && tree.dead.contains(&8));
+    }
+
+    #[test]
+    fn destroying_a_conditional_node_forgets_everything_nested_below_it() {
+        // Graph 1: an IF node (body 2); body 2 holds an IF node (body 3) and a child-graph node
+        // (graph 4); graph 4 holds an IF node (body 5); body 3 and graph 5 each hold a node.
+        let mut tree = TreeState::default();
+        let outer = fresh1(&mut tree, 1, raw(0x100));
+        tree.conditionals
+            .insert((1, 0x100), CondRecord::with_bodies(&[2]));
+        let _ = fresh1(&mut tree, 2, raw(0x200));
+        tree.conditionals
+            .insert((2, 0x200), CondRecord::with_bodies(&[3]));
+        let _ = fresh1(&mut tree, 2, raw(0x210));
+        tree.embedded.insert((2, 0x210), 4);
+        let _ = fresh1(&mut tree, 4, raw(0x400));
+        tree.conditionals
+            .insert((4, 0x400), CondRecord::with_bodies(&[5]));
+        let deep = fresh1(&mut tree, 3, raw(0x300));
+        let deeper = fresh1(&mut tree, 5, raw(0x500));
+        let _ = forget(&mut tree, 1, &outer);
+        for g in [2, 3, 4, 5] {
+            assert!(tree.dead.contains(&g), "graph {g} is dead");
+        }
+        assert!(tree.conditionals.is_empty() && tree.embedded.is_empty());
+        assert!(matches!(check(&tree, 3, &deep), Err(Error::DestroyedNode)));
+        assert!(matches!(
+            check(&tree, 5, &deeper),
+            Err(Error::DestroyedNode)
+        ));
+    }
+
+    #[test]
+    fn destroying_a_free_node_gives_its_allocation_back_to_the_execs() {
+        let mut tree = TreeState::default();
+        let alloc = fresh1(&mut tree, 1, raw(0x100));
+        tree.unfreed.insert((1, 0x100), 0xdead_0000);
+        // `add_mem_free` moves it from `unfreed` to `frees`.
+        let free = fresh1(&mut tree, 1, raw(0x200));
+        tree.unfreed.remove(&(1, 0x100));
+        tree.frees.insert((1, 0x200), ((1, 0x100), 0xdead_0000));
+        let _ = forget(&mut tree, 1, &free);
+        assert_eq!(tree.unfreed.get(&(1, 0x100)), Some(&0xdead_0000));
+        assert!(tree.frees.is_empty());
+        // Destroying the allocation node then forgets it for good.
+        let _ = forget(&mut tree, 1, &alloc);
+        assert!(tree.unfreed.is_empty());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::core::source::FinishedGraph;
 use crate::driver;
 use crate::driver::compat;
 use crate::driver::context::PrimaryContext;
-use crate::driver::graph::{lock_two, Owner, Owners};
+use crate::driver::graph::{lock_two, Owner, Owners, TreeState};
 use crate::error::{Error, Result};
 use crate::runtime::{
     DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig, Recording,
@@ -497,6 +497,24 @@ impl GraphDefinition {
             &mut sys::CUgraphNode,
         ) -> Result<()>,
     ) -> Result<GraphNode> {
+        self.add_node_then(deps, live, owners, add, |_, _| {})
+    }
+
+    /// [`add_node_with`](Self::add_node_with), then `then` on the tree and the new node, under
+    /// the same lock (bookkeeping that another thread's instantiation must see with the node).
+    fn add_node_then(
+        &self,
+        deps: &[&GraphNode],
+        live: &[&GraphNode],
+        owners: impl FnOnce(&mut Owners),
+        add: impl FnOnce(
+            sys::CUgraph,
+            *const sys::CUgraphNode,
+            usize,
+            &mut sys::CUgraphNode,
+        ) -> Result<()>,
+        then: impl FnOnce(&mut TreeState, &GraphNode),
+    ) -> Result<GraphNode> {
         let mut held = Owners::new();
         owners(&mut held);
         let mut released = Vec::new();
@@ -508,6 +526,7 @@ impl GraphDefinition {
         let mut out = std::ptr::null_mut();
         add(graph.raw, deps_ptr(&raw_deps), raw_deps.len(), &mut out)?;
         let node = node::fresh(&mut locked.tree, graph.id, out, held, &mut released);
+        then(&mut locked.tree, &node);
         drop(locked);
         drop(released);
         Ok(node)
@@ -1017,7 +1036,8 @@ impl GraphDefinition {
         } else {
             access.as_ptr()
         };
-        let node = self.add_node_with(
+        let dptr = std::cell::Cell::new(0);
+        let node = self.add_node_then(
             deps,
             &[],
             |_| {},
@@ -1025,15 +1045,17 @@ impl GraphDefinition {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
                 // initialised, its access descriptors (`access`) alive during the call, and the
                 // driver writes `dptr`.
-                unsafe { driver::graph::add_mem_alloc_node(out, g, d, n, &mut params) }
+                let r = unsafe { driver::graph::add_mem_alloc_node(out, g, d, n, &mut params) };
+                dptr.set(params.dptr);
+                r
+            },
+            // Until a free node takes it, execs free it when they are dropped (recorded with the
+            // node, under the same lock: an instantiation on another thread sees both or neither).
+            |tree, node| {
+                tree.unfreed.insert((node.graph, node.raw), dptr.get());
             },
         )?;
         let node = MemAllocNode::new(node);
-        // Until a free node takes it, execs free it when they are dropped.
-        self.lock()?
-            .tree
-            .unfreed
-            .insert((node.graph, node.raw), params.dptr);
         Ok((
             node,
             GraphAllocation {
@@ -1062,7 +1084,7 @@ impl GraphDefinition {
     ) -> Result<MemFreeNode> {
         let ptr = allocation.ptr;
         let alloc_node = allocation.node;
-        let free = self.add_node_with(
+        let free = self.add_node_then(
             deps,
             &[alloc_node.as_ref()],
             |_| {},
@@ -1071,11 +1093,14 @@ impl GraphDefinition {
                 // a live allocation node of this graph (checked with the dependencies).
                 unsafe { driver::graph::add_mem_free_node(out, g, d, n, ptr) }
             },
+            // The graph frees it now; destroying this free node gives it back to the execs.
+            |tree, free| {
+                let key = (alloc_node.graph, alloc_node.raw);
+                if tree.unfreed.remove(&key).is_some() {
+                    tree.frees.insert((free.graph, free.raw), (key, ptr));
+                }
+            },
         )?;
-        self.lock()?
-            .tree
-            .unfreed
-            .remove(&(alloc_node.graph, alloc_node.raw));
         Ok(TypedNode::new(free))
     }
 }

@@ -647,8 +647,19 @@ impl GraphDefinition {
         // `K` (a `TypedNode<K>` is only made for nodes of that kind), and `raw` was made for kind
         // `K`; the node holds what the parameters use; the child's tree, if any, is locked; the
         // context is the graph's.
+        let is_child = raw.child().is_some();
         let r = unsafe { raw.apply(Target::Definition, raw_node, graph.ctx.raw) };
         let released = match r {
+            Ok(()) if is_child => {
+                // The driver replaced the child graph's contents: the nodes a view of it showed
+                // (and anything nested in them) are gone. Views made before are refused; the
+                // next `node_info` makes a fresh one.
+                let mut released: Owners = old;
+                if let Some(view) = tree.embedded.remove(&(graph.id, node.raw)) {
+                    released.extend(node::forget_graphs(&mut tree, vec![view]));
+                }
+                released
+            }
             Ok(()) => old,
             // Refused: the node holds what it held before; the new owners go.
             Err(_) => tree

@@ -190,11 +190,14 @@ impl GraphDebugPrintOptions {
     }
 }
 
-/// Writes `graph` as DOT to `path`, checking first that the path is writable.
+/// Writes `graph` as DOT to `path`, checking first that the path is writable, and that `usable`
+/// accepts the tree — under the same lock as the driver call, so the graph cannot be freed
+/// (its conditional node destroyed on another thread, say) in between.
 pub(crate) fn dot_print(
     graph: &Arc<GraphHandle>,
     path: &Path,
     options: &GraphDebugPrintOptions,
+    usable: impl FnOnce(&crate::driver::graph::TreeState) -> Result<()>,
 ) -> Result<()> {
     std::fs::File::create(path).map_err(|e| Error::Io {
         path: path.display().to_string(),
@@ -202,8 +205,10 @@ pub(crate) fn dot_print(
     })?;
     let cpath = super::path_cstring(path)?;
     graph.ctx.bind()?;
-    let _tree = graph.lock();
-    // SAFETY: the graph is live and its tree locked; `cpath` is NUL-terminated.
+    let tree = graph.lock();
+    usable(&tree)?;
+    // SAFETY: the graph is live (checked by `usable` under the tree lock, held across the call);
+    // `cpath` is NUL-terminated.
     unsafe { driver::graph::debug_dot_print(graph.raw, &cpath, options.flags()) }
 }
 

@@ -53,6 +53,16 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         conditional_in_a_child_graph_tests_the_outer_handle,
     ),
     (
+        "inspect::replacing_a_child_graph_retires_its_views",
+        GPU,
+        replacing_a_child_graph_retires_its_views,
+    ),
+    (
+        "inspect::nested_nodes_die_with_the_node_above_them",
+        V12_3,
+        nested_nodes_die_with_the_node_above_them,
+    ),
+    (
         "inspect::device_launch_runs_a_graph_from_a_kernel",
         GPU,
         device_launch_runs_a_graph_from_a_kernel,
@@ -279,6 +289,77 @@ fn child_graph_view_extends_the_node_and_dies_with_it(gpu: &Gpu) -> TestResult {
     assert!(stays(|| !watch.is_released()), "the exec still uses it");
     drop(g);
     assert!(eventually(|| watch.is_released()));
+    Ok(())
+}
+
+/// `set_params` with a new child graph replaces the node's graph contents: a view made before,
+/// and its node tokens, refer to nodes the driver freed, so they are refused; a new view shows
+/// the new contents.
+fn replacing_a_child_graph_retires_its_views(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let first = GraphDefinition::new(&gpu.device)?;
+    first.add_memset(&[], &buf, 1i32)?;
+    let parent = GraphDefinition::new(&gpu.device)?;
+    let node = parent.add_child_graph(&[], &first)?;
+    let view = parent.node_info(&node)?.graph;
+    let old = view.nodes()?[0];
+    let second = GraphDefinition::new(&gpu.device)?;
+    second.add_empty(&[])?;
+    second.add_empty(&[])?;
+    parent.set_params(&node, NodeParams::child_graph(&second)?)?;
+    assert!(view.inspect(&old).is_err(), "a token of a replaced node");
+    assert!(view.nodes().is_err() && view.add_empty(&[&old]).is_err());
+    let fresh = parent.node_info(&node)?.graph;
+    assert_eq!(fresh.nodes()?.len(), 2);
+    run(gpu, &parent)?;
+    assert_eq!(buf.to_vec()?, [0], "the replaced memset is gone");
+    Ok(())
+}
+
+/// A conditional node inside a child-graph node's graph, and one inside another's body: when
+/// the node above is destroyed, the driver frees everything below it, at any depth. Tokens of
+/// those nodes must be refused by the execs made before (their per-node calls would hand the
+/// driver freed nodes), and the handle that drove the nested conditional node is free again.
+fn nested_nodes_die_with_the_node_above_them(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let parent = GraphDefinition::new(&gpu.device)?;
+    let h = parent.create_conditional_handle(Some(1))?;
+    let node = parent.add_child_graph(&[], &GraphDefinition::new(&gpu.device)?)?;
+    let view = parent.node_info(&node)?.graph;
+    let (_c, body) = view.add_if(&[], &h)?;
+    let inner = body.add_memset(&[], &buf, 1i32)?;
+    let h2 = parent.create_conditional_handle(Some(1))?;
+    let (outer_if, outer_body) = parent.add_if(&[], &h2)?;
+    let h3 = parent.create_conditional_handle(Some(1))?;
+    let (_c2, inner_body) = outer_body.add_if(&[], &h3)?;
+    let deepest = inner_body.add_memset(&[], &buf, 2i32)?;
+    let mut g = parent.instantiate()?;
+    parent.destroy_node(node)?;
+    parent.destroy_node(outer_if)?;
+    for (what, r) in [
+        (
+            "set_enabled in a child graph's body",
+            g.set_enabled(&inner, false),
+        ),
+        (
+            "set_enabled in a body's body",
+            g.set_enabled(&deepest, false),
+        ),
+        ("is_enabled", g.is_enabled(&deepest).map(|_| ())),
+        (
+            "set_params",
+            g.set_params(&deepest, NodeParams::memset(&buf, 3i32)?),
+        ),
+    ] {
+        assert!(
+            matches!(r, Err(Error::DestroyedNode)),
+            "{what} on a freed nested node: {r:?}"
+        );
+    }
+    assert!(body.nodes().is_err() && inner_body.nodes().is_err());
+    // The handles drove nodes that are gone: a new conditional node may use them.
+    let (_again, _b) = parent.add_if(&[], &h3)?;
+    launch(gpu, &g)?;
     Ok(())
 }
 

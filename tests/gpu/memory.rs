@@ -53,6 +53,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         Needs::Gpu,
         graph_memory_usage_rises_and_falls,
     ),
+    (
+        "memory::a_destroyed_free_node_gives_its_allocation_back",
+        Needs::Gpu,
+        a_destroyed_free_node_gives_its_allocation_back,
+    ),
     ("memory::event_timing", Needs::Gpu, event_timing),
 ];
 
@@ -278,6 +283,38 @@ fn graph_memory_usage_rises_and_falls(gpu: &Gpu) -> TestResult {
     gpu.device.reset_graph_memory_high_watermarks()?;
     let reset = gpu.device.graph_memory_usage()?;
     assert!(reset.used_high < after.used_high, "{reset:?}");
+    Ok(())
+}
+
+/// An allocation node with a free node, then the free node destroyed: the graph no longer frees
+/// the memory, so the exec must (as for an allocation never freed in the graph). It stayed
+/// allocated in the graph pool before.
+fn a_destroyed_free_node_gives_its_allocation_back(gpu: &Gpu) -> TestResult {
+    const BYTES: usize = 64 << 20;
+    gpu.device.trim_graph_memory()?;
+    let start = gpu.device.graph_memory_usage()?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (alloc, mem) = def.add_mem_alloc(&[], BYTES)?;
+    let free = def.add_mem_free(&[&alloc], mem)?;
+    def.destroy_node(free)?;
+    let g = def.instantiate()?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    let allocated = gpu.device.graph_memory_usage()?;
+    assert!(
+        allocated.used_current >= start.used_current + BYTES as u64,
+        "{allocated:?}"
+    );
+    drop(g);
+    drop(def);
+    assert!(
+        eventually(|| gpu
+            .device
+            .graph_memory_usage()
+            .is_ok_and(|u| u.used_current <= start.used_current)),
+        "the allocation stayed in the graph pool after its exec was dropped"
+    );
     Ok(())
 }
 
