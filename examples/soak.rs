@@ -1646,6 +1646,9 @@ fn measure_in_child(kind: Kind, side: Side, opts: &Options) -> Result<[Growth; 2
     if opts.raw_host_func {
         cmd.arg("--raw-host-func");
     }
+    if opts.raw_only {
+        cmd.arg("--raw-only");
+    }
     let out = cmd
         .output()
         .map_err(|e| format!("{} side: cannot start a child: {e}", side.name()))?;

@@ -81,7 +81,8 @@ for e in "$here"/example-*; do
   if [ "${SANITIZE:-0}" = 1 ] && [ "$(basename "$e")" = example-soak ]; then
     # The soak under memcheck: a short run (the sanitizer is slow; growth figures mean nothing
     # there), for memory errors only. Its failed-update loop makes API errors on purpose.
-    run compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$e" --cycles 50 --warmup 5 --report-only
+    # --in-process: both sides in the sanitized process itself (children need the tool to follow them).
+    run compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$e" --cycles 50 --warmup 5 --report-only --in-process
   else
     run "$e"
   fi

@@ -117,9 +117,7 @@ impl Graph {
         drop((tree, child_tree));
         r?;
         // Stream-ordered allocations among the new parameters exist before the next launch.
-        state
-            .pending_ready
-            .extend(driver::memory::ready_events(owners.iter()));
+        state.add_pending_ready(driver::memory::ready_events(owners.iter()));
         // Launches made so far may still use what the replaced parameters used.
         if let Some(replaced) = state.node_owners.insert((node.graph, node.raw), owners) {
             state.release_after_last_launch(Box::new(replaced));

@@ -218,14 +218,7 @@ pub(crate) fn forget(tree: &mut TreeState, graph: u64, node: &GraphNode) -> Vec<
         .remove(graph, node.raw, node.serial)
         .into_iter()
         .collect();
-    let key = (graph, node.raw);
-    tree.unfreed.remove(&key);
-    // If it was an allocation node, a free node of it destroyed later has nothing to give back.
-    tree.frees.retain(|_, (alloc, _)| *alloc != key);
-    if let Some((alloc, ptr)) = tree.frees.remove(&key) {
-        // A free node: its allocation is no longer freed by the graph, so execs free it again.
-        tree.unfreed.insert(alloc, ptr);
-    }
+    tree.unfreed.remove(&(graph, node.raw));
     let mut owned: Vec<u64> = tree
         .conditionals
         .remove(&(graph, node.raw))
@@ -273,7 +266,6 @@ pub(crate) fn forget_graphs(tree: &mut TreeState, mut owned: Vec<u64>) -> Vec<Ow
             }
         }
         tree.unfreed.retain(|(parent, _), _| *parent != g);
-        tree.frees.retain(|(parent, _), _| *parent != g);
     }
     let mut released = Vec::new();
     if !owned.is_empty() {
@@ -531,23 +523,6 @@ mod tests {
             check(&tree, 5, &deeper),
             Err(Error::DestroyedNode)
         ));
-    }
-
-    #[test]
-    fn destroying_a_free_node_gives_its_allocation_back_to_the_execs() {
-        let mut tree = TreeState::default();
-        let alloc = fresh1(&mut tree, 1, raw(0x100));
-        tree.unfreed.insert((1, 0x100), 0xdead_0000);
-        // `add_mem_free` moves it from `unfreed` to `frees`.
-        let free = fresh1(&mut tree, 1, raw(0x200));
-        tree.unfreed.remove(&(1, 0x100));
-        tree.frees.insert((1, 0x200), ((1, 0x100), 0xdead_0000));
-        let _ = forget(&mut tree, 1, &free);
-        assert_eq!(tree.unfreed.get(&(1, 0x100)), Some(&0xdead_0000));
-        assert!(tree.frees.is_empty());
-        // Destroying the allocation node then forgets it for good.
-        let _ = forget(&mut tree, 1, &alloc);
-        assert!(tree.unfreed.is_empty());
     }
 
     #[test]

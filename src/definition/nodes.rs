@@ -433,6 +433,7 @@ impl GraphAllocation {
         let node = TypedNode::new(node::token(tree, graph, raw));
         // Until a free takes it, execs free it when they are dropped.
         tree.unfreed.insert((graph, node.raw), ptr);
+        tree.memory_graphs.insert(graph);
         Ok(GraphAllocation {
             ptr,
             bytes,
@@ -1053,6 +1054,7 @@ impl GraphDefinition {
             // node, under the same lock: an instantiation on another thread sees both or neither).
             |tree, node| {
                 tree.unfreed.insert((node.graph, node.raw), dptr.get());
+                tree.memory_graphs.insert(node.graph);
             },
         )?;
         let node = MemAllocNode::new(node);
@@ -1093,12 +1095,9 @@ impl GraphDefinition {
                 // a live allocation node of this graph (checked with the dependencies).
                 unsafe { driver::graph::add_mem_free_node(out, g, d, n, ptr) }
             },
-            // The graph frees it now; destroying this free node gives it back to the execs.
-            |tree, free| {
-                let key = (alloc_node.graph, alloc_node.raw);
-                if tree.unfreed.remove(&key).is_some() {
-                    tree.frees.insert((free.graph, free.raw), (key, ptr));
-                }
+            // The graph frees it now.
+            |tree, _| {
+                tree.unfreed.remove(&(alloc_node.graph, alloc_node.raw));
             },
         )?;
         Ok(TypedNode::new(free))

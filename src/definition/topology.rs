@@ -5,6 +5,7 @@ use cudarc::driver::sys;
 use super::node::{self, GraphNode, NodeType};
 use super::GraphDefinition;
 use crate::driver;
+use crate::driver::graph::TreeState;
 use crate::error::{Error, Result};
 
 /// A list the driver fills: asks for the count, then the entries (the tree is locked, so the
@@ -176,13 +177,16 @@ impl GraphDefinition {
         let locked = self.lock()?;
         let g = self.handle();
         let (a, b) = node::check_edge(&locked.tree, g.id, from, to)?;
+        refuse_if_memory_nodes(&locked.tree, g.id, "an edge removed")?;
         // SAFETY: `a` and `b` are distinct live nodes of the locked graph; one edge, no data.
         unsafe { driver::graph::remove_dependencies(g.raw, &a, &b, 1) }
     }
 
     /// Destroys `node` and its edges (`cuGraphDestroyNode`). Its token, and every copy of it, is
     /// dead from now on ([`Error::DestroyedNode`]). Destroying a conditional node frees its
-    /// bodies (and a child-graph node its graph): their definitions then return errors. What the
+    /// bodies (and a child-graph node its graph), with everything nested in them: their
+    /// definitions and node tokens then return errors. A graph holding memory allocation nodes
+    /// refuses (CUDA forbids deleting its nodes), as does [`remove_edge`](Self::remove_edge). What the
     /// node used is released now, unless execs or copies made before still hold it.
     ///
     /// ```no_run
@@ -198,6 +202,7 @@ impl GraphDefinition {
         let mut locked = self.lock()?;
         let g = self.handle();
         let raw = node::check(&locked.tree, g.id, &node)?;
+        refuse_if_memory_nodes(&locked.tree, g.id, "a node destroyed")?;
         if locked.tree.conditionals.contains_key(&(g.id, raw as usize))
             && !locked.tree.captures.is_empty()
         {
@@ -217,4 +222,15 @@ impl GraphDefinition {
         drop(released);
         Ok(())
     }
+}
+
+/// CUDA forbids deleting nodes or edges of a graph that holds memory allocation or free nodes
+/// (`cuGraphAddMemAllocNode`'s restrictions); refused here rather than left to the driver.
+fn refuse_if_memory_nodes(tree: &TreeState, graph: u64, what: &str) -> Result<()> {
+    if tree.memory_graphs.contains(&graph) {
+        return Err(Error::InvalidArgument(format!(
+            "this graph holds memory allocation nodes, and CUDA forbids deleting nodes or edges of such a graph: it cannot have {what}; build it again without the part to remove"
+        )));
+    }
+    Ok(())
 }

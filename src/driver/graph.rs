@@ -376,9 +376,9 @@ pub(crate) struct TreeState {
     /// Memory allocation nodes with no free node in the graph: `(graph id, raw node)` → the
     /// device address. Each exec frees what is still allocated when it is dropped.
     pub(crate) unfreed: IdMap<(u64, usize), u64>,
-    /// Free nodes made by `add_mem_free`: `(graph id, raw free node)` → the allocation node it
-    /// took out of `unfreed` and the address. Destroying the free node puts the allocation back.
-    pub(crate) frees: IdMap<(u64, usize), ((u64, usize), u64)>,
+    /// Graphs holding memory allocation (and so free) nodes. CUDA forbids deleting nodes or
+    /// edges of such a graph: `destroy_node` and `remove_edge` refuse it.
+    pub(crate) memory_graphs: IdSet<u64>,
     /// Counts instantiations of this tree: each exec records the epoch it was made at, and each
     /// node the epoch it was made at (see [`NodeTable::born`]), so that an exec can tell the
     /// nodes it was instantiated with from nodes added later.

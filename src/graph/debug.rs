@@ -199,14 +199,14 @@ pub(crate) fn dot_print(
     options: &GraphDebugPrintOptions,
     usable: impl FnOnce(&crate::driver::graph::TreeState) -> Result<()>,
 ) -> Result<()> {
-    std::fs::File::create(path).map_err(|e| Error::Io {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
     let cpath = super::path_cstring(path)?;
     graph.ctx.bind()?;
     let tree = graph.lock();
     usable(&tree)?;
+    std::fs::File::create(path).map_err(|e| Error::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
     // SAFETY: the graph is live (checked by `usable` under the tree lock, held across the call);
     // `cpath` is NUL-terminated.
     unsafe { driver::graph::debug_dot_print(graph.raw, &cpath, options.flags()) }

@@ -233,6 +233,18 @@ pub(crate) struct ExecState {
 }
 
 impl ExecState {
+    /// Adds stream-ordered allocations' `ready` events for the next launch to wait on, each once.
+    pub(crate) fn add_pending_ready(
+        &mut self,
+        events: Vec<Arc<crate::driver::event::EventHandle>>,
+    ) {
+        for e in events {
+            if !self.pending_ready.iter().any(|p| Arc::ptr_eq(p, &e)) {
+                self.pending_ready.push(e);
+            }
+        }
+    }
+
     /// Refuses an update of an exec that device code may be launching.
     pub(crate) fn check_not_device_launched(&self) -> Result<()> {
         if self.device_keep.is_some() {
@@ -575,13 +587,15 @@ impl Graph {
                 return Err(launch_in_capture("launched"));
             }
             // Stream-ordered allocations the exec uses exist (and are zeroed) before it runs.
-            while let Some(ready) = state.pending_ready.last() {
+            for ready in &state.pending_ready {
                 // SAFETY: the stream and the event are live; flags 0.
                 unsafe { driver::stream::wait_event(stream.raw(), ready.raw, 0) }?;
-                state.pending_ready.pop();
             }
             // SAFETY: exec and stream are live; the exec's lock is held.
-            unsafe { driver::graph::launch(self.exec.raw, stream.raw()) }
+            unsafe { driver::graph::launch(self.exec.raw, stream.raw()) }?;
+            // Later launches are ordered after this one.
+            state.pending_ready.clear();
+            Ok(())
         })?;
         state.last_stream = Some(stream.clone());
         state.launched_since_update = true;
@@ -760,7 +774,7 @@ impl Graph {
             }
         }
         state.launched_since_update = false;
-        state.pending_ready.extend(ready);
+        state.add_pending_ready(ready);
         Ok(())
     }
 }
