@@ -1,8 +1,8 @@
 //! Module images checked before `cuModuleLoadData` sees them.
 //!
 //! The driver takes no length: it trusts the image's own headers. So every range a cubin (ELF64)
-//! or fatbin declares is checked against the bytes the caller gave; anything else is PTX text,
-//! which the driver reads up to a NUL.
+//! or fatbin declares is checked against the bytes the caller gave; anything else must be PTX
+//! text, which the driver reads up to a NUL.
 
 use crate::error::{Error, Result};
 
@@ -18,12 +18,18 @@ const EV_CURRENT: u8 = 1;
 const SHT_NOBITS: u32 = 8;
 const PN_XNUM: u16 = 0xffff;
 
-/// Minimum header sizes: the fatbin's outer header; an entry's kind, version, sizes.
+/// Minimum header sizes: the fatbin's outer header; an entry's header, which the driver reads at
+/// 64 bytes whatever it declares (a shorter one would have it read fields from the payload).
 const FATBIN_HEADER_MIN: u16 = 16;
-const ENTRY_HEADER_MIN: u32 = 16;
-/// An entry's flags (u64 at offset 40 of its header); the header must be this long to hold them.
+const ENTRY_HEADER_MIN: u32 = 64;
+/// A compressed entry's compressed length (u32 at offset 16 of its header): what the
+/// decompressor reads, so it must lie within the payload.
+const ENTRY_COMPRESSED_SIZE_AT: usize = 16;
+/// Host-side fatbin wrappers (`__fatBinC_Wrapper_t`, magic 0x466243B1, and the legacy
+/// `__cudaFatCudaBinary`, 0x1EE55A01): they hold host *pointers* the driver would follow.
+const WRAPPER_MAGICS: [u32; 2] = [0x4662_43B1, 0x1EE5_5A01];
+/// An entry's flags (u64 at offset 40 of its header).
 const ENTRY_FLAGS_AT: usize = 40;
-const ENTRY_FLAGS_END: u32 = 48;
 /// Flags of a compressed payload: 0x2000 (older, LZ-style) and 0x8000 (zstd, CUDA 12.8+).
 const ENTRY_COMPRESSED: u64 = 0x2000 | 0x8000;
 
@@ -45,8 +51,8 @@ pub(crate) fn prepare_image(image: &[u8]) -> Result<Vec<u64>> {
     Ok(out)
 }
 
-/// Checks an image: an ELF64 cubin or a fatbin in full, anything else as PTX text (only that it
-/// is not empty: the copy's trailing NUL ends it).
+/// Checks an image: an ELF64 cubin or a fatbin in full, anything else as PTX text (text up to its
+/// first NUL; the copy's trailing NUL ends it). Host-side fatbin wrappers are refused.
 fn validate(image: &[u8]) -> Result<()> {
     if image.is_empty() {
         return Err(Error::InvalidArgument("the module image is empty".into()));
@@ -58,8 +64,39 @@ fn validate(image: &[u8]) -> Result<()> {
         check_fatbins(image).map_err(|m| {
             Error::InvalidArgument(format!("the module image is a corrupt fatbin: {m}"))
         })
+    } else if let Some(magic) = read_u32(image, 0).filter(|m| WRAPPER_MAGICS.contains(m)) {
+        Err(Error::InvalidArgument(format!(
+            "the module image is a host-side fatbin wrapper (magic {magic:#010x}), which points at              memory elsewhere: pass the fatbin itself (magic 0xBA55ED50)"
+        )))
     } else {
-        Ok(())
+        check_ptx(image).map_err(|m| {
+            Error::InvalidArgument(format!(
+                "the module image is neither an ELF cubin, a fatbin nor PTX text: {m}"
+            ))
+        })
+    }
+}
+
+/// PTX is text: up to its first NUL (where the driver stops reading), UTF-8 with no control
+/// characters but tabs and line ends. Anything else is some binary format the driver might
+/// parse without a length.
+fn check_ptx(image: &[u8]) -> std::result::Result<(), String> {
+    let text = image.split(|&c| c == 0).next().unwrap_or_default();
+    let text = std::str::from_utf8(text).map_err(|e| {
+        format!(
+            "the bytes before the first NUL are not UTF-8 text (at offset {})",
+            e.valid_up_to()
+        )
+    })?;
+    match text
+        .char_indices()
+        .find(|&(_, c)| c.is_control() && !matches!(c, '\t' | '\n' | '\r' | '\x0c'))
+    {
+        Some((at, c)) => Err(format!(
+            "control character {:#04x} at offset {at} before the first NUL",
+            u32::from(c)
+        )),
+        None => Ok(()),
     }
 }
 
@@ -344,8 +381,8 @@ fn check_fatbin(b: &[u8], start: usize, index: usize) -> std::result::Result<usi
         };
         if entry_header < ENTRY_HEADER_MIN {
             return Err(format!(
-                "{what}: its header_size is {entry_header}, less than the 16 bytes that hold \
-                 its kind and sizes"
+                "{what}: its header_size is {entry_header}, less than the 64 bytes the driver \
+                 reads"
             ));
         }
         let Some(payload) = range(fat, u64::from(entry_header), payload_size) else {
@@ -356,12 +393,18 @@ fn check_fatbin(b: &[u8], start: usize, index: usize) -> std::result::Result<usi
         };
         // Only an uncompressed payload that starts like an ELF is parsed (by any kind: 2 is a
         // cubin); others (PTX, compressed) are opaque bytes inside the fatbin.
-        let flags = if entry_header >= ENTRY_FLAGS_END {
-            read_u64(fat, ENTRY_FLAGS_AT).unwrap_or(0)
-        } else {
-            0
-        };
-        if flags & ENTRY_COMPRESSED == 0 && payload.starts_with(&ELF_MAGIC) {
+        let flags = read_u64(fat, ENTRY_FLAGS_AT).unwrap_or(0);
+        if flags & ENTRY_COMPRESSED != 0 {
+            // The decompressor reads this many bytes of the payload. (What it decompresses to is
+            // not checked: a corrupt cubin inside a compressed entry reaches the driver.)
+            let compressed = read_u32(fat, ENTRY_COMPRESSED_SIZE_AT).unwrap_or(u32::MAX);
+            if u64::from(compressed) > payload_size {
+                return Err(format!(
+                    "{what}: its compressed size {compressed} is larger than its \
+                     {payload_size}-byte payload"
+                ));
+            }
+        } else if payload.starts_with(&ELF_MAGIC) {
             check_elf(payload, "payload")
                 .map_err(|m| format!("{what} (kind {kind}) is a corrupt ELF: {m}"))?;
         }
@@ -808,7 +851,7 @@ mod tests {
     }
 
     #[test]
-    fn fatbin_entry_header_size_below_16_is_rejected() {
+    fn fatbin_entry_header_size_below_64_is_rejected() {
         let mut img = fatbin(&[(1, 0, b"ptx\0")]);
         put32(&mut img, 16 + 4, 8);
         rejected_with(
@@ -866,6 +909,47 @@ mod tests {
         for flags in [0x2011, 0x8011] {
             assert!(validate(&fatbin(&[(2, flags, &bad)])).is_ok());
         }
+    }
+
+    #[test]
+    fn fatbin_compressed_size_past_the_payload_is_rejected() {
+        let mut img = fatbin(&[(2, 0x8011, &[0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0])]);
+        put32(&mut img, 16 + 16, 9);
+        rejected_with(
+            &img,
+            "entry 0 (at offset 16) of fatbin 0 (at offset 0): its compressed size 9 is larger than its 8-byte payload",
+        );
+        put32(&mut img, 16 + 16, 8);
+        assert!(validate(&img).is_ok());
+    }
+
+    #[test]
+    fn fatbin_entry_header_shorter_than_the_drivers_64_bytes_is_rejected() {
+        let mut img = fatbin(&[(2, 0x8011, &[0; 48])]);
+        put32(&mut img, 16 + 4, 32);
+        put64(&mut img, 16 + 8, 80);
+        rejected_with(&img, "its header_size is 32, less than the 64 bytes");
+    }
+
+    #[test]
+    fn host_side_fatbin_wrappers_are_rejected() {
+        for magic in WRAPPER_MAGICS {
+            let mut img = magic.to_le_bytes().to_vec();
+            img.extend_from_slice(&1u32.to_le_bytes());
+            img.extend_from_slice(&0xdead_beef_u64.to_le_bytes());
+            img.extend_from_slice(&[0; 8]);
+            rejected_with(&img, "host-side fatbin wrapper");
+        }
+    }
+
+    #[test]
+    fn only_text_passes_as_ptx() {
+        assert!(validate(
+            b".version 8.0\n.target sm_90\r\n\t// \xc3\xa9t\xc3\xa9\n\0\x01binary after the NUL"
+        )
+        .is_ok());
+        rejected_with(b"\x01\x02\x03\x04", "control character 0x01 at offset 0");
+        rejected_with(b"abc\xb1\x43", "not UTF-8 text (at offset 3)");
     }
 
     #[test]
@@ -1039,11 +1123,12 @@ mod tests {
             let img = valid_images().swap_remove(which);
             let len = cut.index(img.len());
             let r = validate(&img[..len]);
-            // Under 4 bytes the magic is gone: PTX, which the copy's NUL ends.
+            // Under 4 bytes the magic is gone: checked as PTX, which passes only as text (a
+            // fatbin's first byte, `P`, is; an ELF's 0x7f is not).
             if len >= 4 {
                 prop_assert!(r.is_err(), "cut to {} bytes: {:?}", len, r);
             } else {
-                prop_assert!(r.is_ok() == (len > 0));
+                prop_assert!(r.is_ok() == (len > 0 && check_ptx(&img[..len]).is_ok()));
             }
         }
 
