@@ -303,6 +303,7 @@ fn check_elf(b: &[u8], whole: &str) -> std::result::Result<(), String> {
                 ));
             }
         }
+        check_tables(b, shdrs, h.shnum)?;
     }
 
     for (i, ph) in phdrs.chunks_exact(usize::from(PHDR_SIZE)).enumerate() {
@@ -313,6 +314,144 @@ fn check_elf(b: &[u8], whole: &str) -> std::result::Result<(), String> {
             return Err(past_end(format!(
                 "segment {i} (offset {offset}, file size {size})"
             )));
+        }
+    }
+    Ok(())
+}
+
+const SHT_SYMTAB: u32 = 2;
+const SHT_STRTAB: u32 = 3;
+const SHT_RELA: u32 = 4;
+const SHT_DYNSYM: u32 = 11;
+const SHT_REL: u32 = 9;
+const SYM_SIZE: u64 = 24;
+/// Section indices from here up are reserved (SHN_ABS, SHN_COMMON, SHN_XINDEX, ...).
+const SHN_LORESERVE: u16 = 0xff00;
+
+/// The indices the loader follows inside the tables (section ranges are checked already):
+/// every section's `sh_link` is a section; a symbol table's entries are 24 bytes, link to a
+/// string table, and each symbol's name lies inside it and its section index is a section (or
+/// reserved); a relocation table's entries are 24 (`RELA`) or 16 (`REL`) bytes, it links to a
+/// symbol table, applies to a section, and each entry names a symbol of that table.
+fn check_tables(b: &[u8], shdrs: &[u8], shnum: u16) -> std::result::Result<(), String> {
+    struct Sh {
+        kind: u32,
+        offset: u64,
+        size: u64,
+        link: u32,
+        info: u32,
+        entsize: u64,
+    }
+    let read = |sh: &[u8]| -> Option<Sh> {
+        Some(Sh {
+            kind: read_u32(sh, 4)?,
+            offset: read_u64(sh, 0x18)?,
+            size: read_u64(sh, 0x20)?,
+            link: read_u32(sh, 0x28)?,
+            info: read_u32(sh, 0x2c)?,
+            entsize: read_u64(sh, 0x38)?,
+        })
+    };
+    let all: Vec<Sh> = shdrs
+        .chunks_exact(usize::from(SHDR_SIZE))
+        .map(read)
+        .collect::<Option<_>>()
+        .ok_or("a section header could not be read")?;
+    let bytes = |s: &Sh| range(b, s.offset, s.size).unwrap_or_default();
+    for (i, s) in all.iter().enumerate() {
+        if s.link >= u32::from(shnum) {
+            return Err(format!(
+                "section {i} links to section {} (sh_link), but there are only {shnum}",
+                s.link
+            ));
+        }
+        let linked = &all[s.link as usize];
+        match s.kind {
+            SHT_SYMTAB | SHT_DYNSYM => {
+                if s.entsize != SYM_SIZE || s.size % SYM_SIZE != 0 {
+                    return Err(format!(
+                        "symbol table (section {i}) has {}-byte entries over {} bytes, not \
+                         24-byte ELF64 symbols",
+                        s.entsize, s.size
+                    ));
+                }
+                if linked.kind != SHT_STRTAB {
+                    return Err(format!(
+                        "symbol table (section {i}) links to section {}, which is not a string \
+                         table",
+                        s.link
+                    ));
+                }
+                let count = s.size / SYM_SIZE;
+                if u64::from(s.info) > count {
+                    return Err(format!(
+                        "symbol table (section {i}) says {} local symbols (sh_info) of {count}",
+                        s.info
+                    ));
+                }
+                let names = bytes(linked);
+                if names.last().is_some_and(|&c| c != 0) {
+                    return Err(format!(
+                        "the string table (section {}) of symbol table {i} does not end with a \
+                         NUL",
+                        s.link
+                    ));
+                }
+                for (k, sym) in bytes(s).chunks_exact(SYM_SIZE as usize).enumerate() {
+                    let (name, shndx) = (
+                        read_u32(sym, 0).unwrap_or(u32::MAX),
+                        read_u16(sym, 6).unwrap_or(u16::MAX),
+                    );
+                    if u64::from(name) >= names.len() as u64 && !(name == 0 && names.is_empty()) {
+                        return Err(format!(
+                            "symbol {k} of section {i} is named at offset {name}, outside its \
+                             {}-byte string table",
+                            names.len()
+                        ));
+                    }
+                    if shndx >= shnum && shndx < SHN_LORESERVE {
+                        return Err(format!(
+                            "symbol {k} of section {i} is in section {shndx}, but there are only \
+                             {shnum}"
+                        ));
+                    }
+                }
+            }
+            SHT_RELA | SHT_REL => {
+                let entry = if s.kind == SHT_RELA { 24 } else { 16 };
+                if s.entsize != entry || s.size % entry != 0 {
+                    return Err(format!(
+                        "relocation table (section {i}) has {}-byte entries over {} bytes, not \
+                         {entry}-byte ELF64 relocations",
+                        s.entsize, s.size
+                    ));
+                }
+                if !matches!(linked.kind, SHT_SYMTAB | SHT_DYNSYM) {
+                    return Err(format!(
+                        "relocation table (section {i}) links to section {}, which is not a \
+                         symbol table",
+                        s.link
+                    ));
+                }
+                if s.info >= u32::from(shnum) {
+                    return Err(format!(
+                        "relocation table (section {i}) applies to section {} (sh_info), but \
+                         there are only {shnum}",
+                        s.info
+                    ));
+                }
+                let symbols = linked.size / SYM_SIZE;
+                for (k, rel) in bytes(s).chunks_exact(entry as usize).enumerate() {
+                    let symbol = read_u64(rel, 8).unwrap_or(u64::MAX) >> 32;
+                    if symbol >= symbols {
+                        return Err(format!(
+                            "relocation {k} of section {i} names symbol {symbol}, but its symbol \
+                             table has {symbols}"
+                        ));
+                    }
+                }
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -506,6 +645,87 @@ mod tests {
             phoff,
             shoff,
         }
+    }
+
+    /// `elf(4, 0)` with section 2 a symbol table (two symbols; symbol 1 named ".shstrtab", in
+    /// section 2; linked to the section-name string table) and section 3 a `RELA` table with one
+    /// relocation naming symbol 1 and applying to section 2; the tables appended after the
+    /// section headers. Returns the image and the offsets of symbol 1 and the relocation.
+    fn elf_with_symbols() -> (Vec<u8>, usize, usize) {
+        let e = elf(4, 0);
+        let mut b = e.bytes.clone();
+        let symtab = b.len();
+        b.resize(symtab + 48, 0);
+        let sym1 = symtab + 24;
+        put32(&mut b, sym1, 1);
+        put16(&mut b, sym1 + 6, 2);
+        let rela = b.len();
+        b.resize(rela + 24, 0);
+        put64(&mut b, rela + 8, (1 << 32) | 1);
+        let sh = |i: usize, field: usize| e.sh(i, field);
+        put32(&mut b, sh(2, 4), 2); // SHT_SYMTAB
+        put64(&mut b, sh(2, 0x18), symtab as u64);
+        put64(&mut b, sh(2, 0x20), 48);
+        put32(&mut b, sh(2, 0x28), 1);
+        put32(&mut b, sh(2, 0x2c), 1);
+        put64(&mut b, sh(2, 0x38), 24);
+        put32(&mut b, sh(3, 4), 4); // SHT_RELA
+        put64(&mut b, sh(3, 0x18), rela as u64);
+        put64(&mut b, sh(3, 0x20), 24);
+        put32(&mut b, sh(3, 0x28), 2);
+        put32(&mut b, sh(3, 0x2c), 2);
+        put64(&mut b, sh(3, 0x38), 24);
+        (b, sym1, rela)
+    }
+
+    #[test]
+    fn symbol_and_relocation_tables_are_checked() {
+        let (ok, sym1, rela) = elf_with_symbols();
+        assert!(validate(&ok).is_ok(), "{:?}", validate(&ok));
+        let shoff = elf(4, 0).shoff;
+        let with = |at: usize, v: u64, width: usize| {
+            let mut b = ok.clone();
+            match width {
+                2 => put16(&mut b, at, v as u16),
+                4 => put32(&mut b, at, v as u32),
+                _ => put64(&mut b, at, v),
+            }
+            b
+        };
+        rejected_with(
+            &with(sym1, 1000, 4),
+            "symbol 1 of section 2 is named at offset 1000",
+        );
+        rejected_with(
+            &with(sym1 + 6, 50, 2),
+            "symbol 1 of section 2 is in section 50",
+        );
+        assert!(
+            validate(&with(sym1 + 6, 0xfff1, 2)).is_ok(),
+            "SHN_ABS is reserved, not a section"
+        );
+        rejected_with(
+            &with(shoff + 2 * 64 + 0x28, 9, 4),
+            "section 2 links to section 9",
+        );
+        rejected_with(
+            &with(shoff + 2 * 64 + 0x28, 3, 4),
+            "which is not a string table",
+        );
+        rejected_with(
+            &with(shoff + 2 * 64 + 0x38, 16, 8),
+            "not 24-byte ELF64 symbols",
+        );
+        rejected_with(&with(shoff + 2 * 64 + 0x2c, 3, 4), "says 3 local symbols");
+        rejected_with(
+            &with(rela + 8, (5 << 32) | 1, 8),
+            "relocation 0 of section 3 names symbol 5",
+        );
+        rejected_with(
+            &with(shoff + 3 * 64 + 0x28, 1, 4),
+            "which is not a symbol table",
+        );
+        rejected_with(&with(shoff + 3 * 64 + 0x2c, 7, 4), "applies to section 7");
     }
 
     const FLAGS_64BIT_LINUX: u64 = 0x11;
