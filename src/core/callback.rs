@@ -67,8 +67,8 @@ impl CallbackState {
 }
 
 unsafe extern "C" fn trampoline(user_data: *mut c_void) {
-    // A panic never crosses into the driver.
-    let _ = catch_unwind(|| {
+    // A panic never crosses into the driver (nor does one from its payload's `Drop`).
+    crate::driver::release::contain(|| {
         // SAFETY: `user_data` is `Arc::as_ptr` of a `CallbackState` that the graph (and every exec
         // made from it) keeps alive through its keep set, so it is valid whenever the node runs.
         let state = unsafe { &*(user_data as *const CallbackState) };

@@ -77,7 +77,7 @@ fn sender() -> Option<&'static Mutex<Sender<Msg>>> {
                     for msg in rx {
                         if let Msg::Run(job) = msg {
                             // A panicking destructor must not take the thread down.
-                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                            contain(job);
                         }
                         run_deferred();
                     }
@@ -117,9 +117,22 @@ fn run_in_order(job: impl FnOnce()) {
     let _order = lock(&ORDER);
     let jobs = std::mem::take(&mut *lock(&DEFERRED));
     for deferred in jobs {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(deferred));
+        contain(deferred);
     }
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+    contain(job);
+}
+
+/// Runs `f`, containing a panic: the panic's payload is leaked, not dropped, since its own `Drop`
+/// may panic again (which would take down the release thread, or unwind into the driver).
+pub(crate) fn contain(f: impl FnOnce()) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        std::mem::forget(payload);
+    }
+}
+
+/// Whether this thread runs a host callback's closure now (a driver thread: no CUDA calls).
+pub(crate) fn in_host_callback() -> bool {
+    IN_CALLBACK.with(|c| c.get())
 }
 
 /// Runs `job` (typically dropping a value that may own crate resources) on the release thread. If
@@ -300,7 +313,7 @@ unsafe extern "C" fn run_later(p: *mut std::ffi::c_void) {
     // SAFETY: `p` is the `Box<Job>` leaked in `after_stream`; the driver calls this once.
     let job: Box<Job> = unsafe { Box::from_raw(p.cast()) };
     // On the driver's thread: never call CUDA, never unwind; the release thread runs the job.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || later(*job)));
+    contain(move || later(*job));
 }
 
 /// Whether `stream` has finished all work queued on it (`cuStreamQuery`), asked only where no
@@ -448,6 +461,26 @@ mod tests {
             *lock(&log),
             ["exec begins", "exec ends", "source begins", "source ends"],
             "the deferred destroy runs first, and alone"
+        );
+    }
+
+    #[test]
+    fn a_panic_whose_payload_panics_when_dropped_does_not_stop_the_release_thread() {
+        let _serial = lock(&SERIAL);
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("the payload's own drop");
+            }
+        }
+        later(Box::new(|| std::panic::panic_any(Bomb)));
+        let (tx, rx) = mpsc::channel();
+        later(Box::new(move || {
+            let _ = tx.send(());
+        }));
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "the release thread still runs jobs"
         );
     }
 

@@ -273,6 +273,16 @@ impl ExecState {
         // as on the release thread: a destructor among the released values (a cudarc slice
         // freeing its memory) must not invalidate a `Global` capture of another thread.
         let _relaxed = (caller == Caller::Free).then(crate::driver::release::RelaxedMode::enter);
+        if crate::driver::release::in_host_callback() {
+            // Dropped inside a host callback (a driver thread): no CUDA call here, and not even
+            // the stream's slot (a thread holding it may be waiting for this very callback).
+            let job: crate::driver::release::Job = Box::new(move || drop(held));
+            match self.last_stream.clone() {
+                Some(stream) => release_when_idle(stream, job),
+                None => crate::driver::release::later(job),
+            }
+            return;
+        }
         let Some(stream) = self.last_stream.clone() else {
             match caller {
                 Caller::Free if crate::driver::release::thread_may_destroy() => drop_here(held),
@@ -344,7 +354,7 @@ fn drop_here(held: Box<dyn std::any::Any + Send>) {
     }
     DEPTH.with(|d| d.set(d.get() + 1));
     let _leave = Leave;
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(held)));
+    crate::driver::release::contain(move || drop(held));
 }
 
 impl std::fmt::Debug for Graph {

@@ -236,6 +236,14 @@ impl Stream {
                 if let Some(link) = joins {
                     if let Some(graph) = link.graph.upgrade() {
                         let mut tree = graph.lock();
+                        if tree.captures.contains_key(&link.id)
+                            && !tree.dead.is_empty()
+                            && graph.any_in_chain(|g| tree.dead.contains(&g))
+                        {
+                            return Err(Error::InvalidArgument(
+                                "the event was recorded into a capture whose graph the driver freed (a capture of its tree failed): waiting on it would join that capture".into(),
+                            ));
+                        }
                         if tree.captures.contains_key(&link.id) {
                             // The driver makes this stream part of the capture: so does the slot.
                             // The stream must live until the capture ends.
@@ -294,6 +302,13 @@ impl Stream {
                     None => (graph.lock(), None),
                 };
                 if tree.captures.contains_key(&id) {
+                    if !tree.dead.is_empty() && graph.any_in_chain(|g| tree.dead.contains(&g)) {
+                        // The driver freed the graph this capture records into (the parent's
+                        // capture failed while a forgotten body still captured into it).
+                        return Err(Error::InvalidArgument(
+                            "the graph this stream's capture records into was freed by the driver (a capture of its tree failed): nothing more can be recorded; end or drop the capture".into(),
+                        ));
+                    }
                     let mut rec = Recording {
                         tree: Some(&mut tree),
                         other: second.as_deref_mut(),

@@ -82,6 +82,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         conditional_exec_drops_beside_global_captures,
     ),
     (
+        "safety::crate_calls_inside_a_host_callback_are_errors",
+        Needs::Gpu,
+        crate_calls_inside_a_host_callback_are_errors,
+    ),
+    (
         "safety::one_graph_launched_from_four_threads",
         Needs::Gpu,
         one_graph_launched_from_four_threads,
@@ -797,6 +802,48 @@ fn conditional_exec_drops_beside_global_captures(gpu: &Gpu) -> TestResult {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let cycles = capturer.join().map_err(|_| "capturer panicked")??;
     println!("    300 conditional execs dropped beside {cycles} Global captures");
+    Ok(())
+}
+
+/// Inside a host callback (a driver thread) CUDA calls are refused or deadlock — a synchronize
+/// of the callback's own stream waits for the callback. Every operation of the crate there is
+/// an error instead, and a `Graph` dropped there (the callback takes it out of shared state) is
+/// released off that thread, once its launch has run, without touching the stream's lock.
+fn crate_calls_inside_a_host_callback_are_errors(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = buf.release_observer();
+    let inner = {
+        let def = GraphDefinition::new(&gpu.device)?;
+        // SAFETY: add_one(int*).
+        unsafe { def.add_kernel_unchecked(&[], &gpu.f("add_one"), one(), &args![&buf])? };
+        def.instantiate()?
+    };
+    drop(buf);
+    let s = gpu.stream();
+    inner.launch(&s)?;
+    let holder = Arc::new(std::sync::Mutex::new(Some(inner)));
+    let (tx, rx) = mpsc::channel();
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    {
+        let (holder, s, tx) = (holder.clone(), s.clone(), tx.clone());
+        b.add_host_callback(move || {
+            drop(holder.lock().unwrap_or_else(|p| p.into_inner()).take());
+            let _ = tx.send(format!("{:?}", s.synchronize()));
+        })?;
+    }
+    let outer = complete(b.end_building()?)?;
+    let s2 = s.clone();
+    within(20, "a callback calling into the crate", move || {
+        outer.launch(&s2).map_err(|e| e.to_string())?;
+        s2.synchronize().map_err(|e| e.to_string())
+    })?;
+    let said = rx.recv_timeout(Duration::from_secs(10))?;
+    assert!(said.contains("inside a host callback"), "{said}");
+    assert!(holder.lock().unwrap_or_else(|p| p.into_inner()).is_none());
+    assert!(
+        eventually(|| watch.is_released()),
+        "the graph dropped in the callback is released"
+    );
     Ok(())
 }
 
