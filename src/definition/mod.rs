@@ -327,7 +327,7 @@ pub(crate) fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> 
             "a stream capture is recording into this graph (its conditional body builder is capturing): call `end_building()` on the body first".into(),
         ));
     }
-    if graph.any_in_chain(|id| tree.dead.contains(&id)) {
+    if tree.is_dead(graph) {
         return Err(Error::InvalidArgument(
             "the driver freed this graph: its conditional node was destroyed, or a capture into it failed".into(),
         ));

@@ -237,35 +237,33 @@ pub(crate) fn forget_graphs(tree: &mut TreeState, mut owned: Vec<u64>) -> Vec<Ow
     // What those graphs' own conditional and child-graph nodes owned goes with them, at any
     // depth: the driver freed it all (an exec's per-node update must never reach those nodes,
     // and a handle that drove a nested conditional node is free again).
+    /// The keys `(graph, raw node)` of `map` for nodes of graph `g`.
+    fn nodes_of<V>(
+        map: &crate::driver::graph::IdMap<(u64, usize), V>,
+        g: u64,
+    ) -> Vec<(u64, usize)> {
+        map.keys()
+            .filter(|(parent, _)| *parent == g)
+            .copied()
+            .collect()
+    }
     let mut work = owned.clone();
     while let Some(g) = work.pop() {
-        let conds: Vec<(u64, usize)> = tree
-            .conditionals
-            .keys()
-            .filter(|(parent, _)| *parent == g)
-            .copied()
-            .collect();
-        for key in conds {
-            if let Some(rec) = tree.conditionals.remove(&key) {
-                for &(id, _) in &rec.bodies {
-                    owned.push(id);
-                    work.push(id);
-                }
-            }
+        let mut below = Vec::new();
+        for key in nodes_of(&tree.conditionals, g) {
+            below.extend(
+                tree.conditionals
+                    .remove(&key)
+                    .into_iter()
+                    .flat_map(|rec| rec.bodies.into_iter().map(|(id, _)| id)),
+            );
         }
-        let children: Vec<(u64, usize)> = tree
-            .embedded
-            .keys()
-            .filter(|(parent, _)| *parent == g)
-            .copied()
-            .collect();
-        for key in children {
-            if let Some(id) = tree.embedded.remove(&key) {
-                owned.push(id);
-                work.push(id);
-            }
+        for key in nodes_of(&tree.embedded, g) {
+            below.extend(tree.embedded.remove(&key));
         }
         tree.unfreed.retain(|(parent, _), _| *parent != g);
+        owned.extend_from_slice(&below);
+        work.extend(below);
     }
     let mut released = Vec::new();
     if !owned.is_empty() {

@@ -399,6 +399,11 @@ impl TreeState {
         }
     }
 
+    /// Whether the driver freed `graph` or a graph it belongs to (a body's or child's owner).
+    pub(crate) fn is_dead(&self, graph: &GraphHandle) -> bool {
+        !self.dead.is_empty() && graph.any_in_chain(|id| self.dead.contains(&id))
+    }
+
     /// Whether a capture records into graph `graph_id` now.
     pub(crate) fn is_capturing_into(&self, graph_id: u64) -> bool {
         self.captures.values().any(|g| *g == graph_id)

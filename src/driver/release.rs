@@ -67,13 +67,7 @@ fn sender() -> Option<&'static Mutex<Sender<Msg>>> {
             std::thread::Builder::new()
                 .name("cuda-graph-release".into())
                 .spawn(move || {
-                    // The driver writes the previous mode back: into a `u32`, so a mode a newer
-                    // driver has is never held as the bindings' enum.
-                    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
-                    let mode_ptr = (&mut mode as *mut u32).cast::<sys::CUstreamCaptureMode>();
-                    // SAFETY: only sets this thread's capture interaction mode; `mode_ptr` points
-                    // at a live, initialised 4-byte integer holding a valid mode.
-                    let _ = unsafe { drv!(cuThreadExchangeStreamCaptureMode(mode_ptr)) };
+                    exchange_capture_mode(RELAXED);
                     for msg in rx {
                         if let Msg::Run(job) = msg {
                             // A panicking destructor must not take the thread down.
@@ -191,33 +185,37 @@ pub(crate) struct RelaxedMode(Option<u32>);
 
 impl RelaxedMode {
     pub(crate) fn enter() -> Self {
-        if IN_CALLBACK.with(|c| c.get()) {
+        if in_host_callback() {
             return RelaxedMode(None);
         }
-        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
-        // SAFETY: only exchanges this thread's capture interaction mode; `mode` is a live,
-        // initialised 4-byte integer holding a valid mode, and the driver writes the previous
-        // one into it (read as an integer, never as the bindings' enum).
-        let r = unsafe {
-            drv!(cuThreadExchangeStreamCaptureMode(
-                (&mut mode as *mut u32).cast::<sys::CUstreamCaptureMode>()
-            ))
-        };
-        RelaxedMode(r.is_ok().then_some(mode))
+        RelaxedMode(exchange_capture_mode(RELAXED))
     }
 }
 
 impl Drop for RelaxedMode {
     fn drop(&mut self) {
-        if let Some(mut mode) = self.0 {
-            // SAFETY: as in `enter`; `mode` is the mode the driver reported for this thread.
-            let _ = unsafe {
-                drv!(cuThreadExchangeStreamCaptureMode(
-                    (&mut mode as *mut u32).cast::<sys::CUstreamCaptureMode>()
-                ))
-            };
+        if let Some(mode) = self.0 {
+            exchange_capture_mode(mode);
         }
     }
+}
+
+const RELAXED: u32 = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
+
+/// Sets this thread's capture interaction mode (`cuThreadExchangeStreamCaptureMode`) and returns
+/// the one it had, or `None` if the driver refused. Modes travel as the integers they are, so a
+/// mode a newer driver reports is never held as the bindings' enum.
+fn exchange_capture_mode(mode: u32) -> Option<u32> {
+    let mut mode = mode;
+    // SAFETY: only exchanges this thread's capture interaction mode; `mode` is a live,
+    // initialised 4-byte integer holding a mode this crate or the driver gave, and the driver
+    // writes the previous one into it.
+    let r = unsafe {
+        drv!(cuThreadExchangeStreamCaptureMode(
+            (&mut mode as *mut u32).cast::<sys::CUstreamCaptureMode>()
+        ))
+    };
+    r.is_ok().then_some(mode)
 }
 
 /// Runs `f` as a host callback: destroys it causes are deferred (CUDA calls are refused on the

@@ -245,6 +245,17 @@ impl ExecState {
         }
     }
 
+    /// Makes work queued next on `stream` wait for the pending `ready` events (see
+    /// `pending_ready`); they stay pending, since the caller clears them only once the work that
+    /// needed them is queued.
+    fn wait_pending_ready(&self, stream: sys::CUstream) -> Result<()> {
+        for ready in &self.pending_ready {
+            // SAFETY: the stream and the event are live; flags 0.
+            unsafe { driver::stream::wait_event(stream, ready.raw, 0) }?;
+        }
+        Ok(())
+    }
+
     /// Refuses an update of an exec that device code may be launching.
     pub(crate) fn check_not_device_launched(&self) -> Result<()> {
         if self.device_keep.is_some() {
@@ -597,10 +608,7 @@ impl Graph {
                 return Err(launch_in_capture("launched"));
             }
             // Stream-ordered allocations the exec uses exist (and are zeroed) before it runs.
-            for ready in &state.pending_ready {
-                // SAFETY: the stream and the event are live; flags 0.
-                unsafe { driver::stream::wait_event(stream.raw(), ready.raw, 0) }?;
-            }
+            state.wait_pending_ready(stream.raw())?;
             // SAFETY: exec and stream are live; the exec's lock is held.
             unsafe { driver::graph::launch(self.exec.raw, stream.raw()) }?;
             // Later launches are ordered after this one.
@@ -676,16 +684,14 @@ impl Graph {
                 let setup = ctx.setup_stream()?;
                 // Device code may launch the exec from now on: its stream-ordered allocations
                 // must exist first (waited for below, with the upload).
-                while let Some(ready) = state.pending_ready.last() {
-                    // SAFETY: the setup stream and the event are live; flags 0.
-                    unsafe { driver::stream::wait_event(setup, ready.raw, 0) }?;
-                    state.pending_ready.pop();
-                }
+                state.wait_pending_ready(setup)?;
                 // SAFETY: the exec and the context's setup stream are live; the exec's lock is
                 // held; the setup stream is never captured.
                 unsafe { driver::graph::upload(self.exec.raw, setup) }?;
                 // SAFETY: as above.
                 unsafe { driver::stream::synchronize_raw(setup) }?;
+                // The allocations exist now, for every launch to come.
+                state.pending_ready.clear();
                 let keep = Arc::new(DeviceLaunchKeep::default());
                 state.device_keep = Some(keep.clone());
                 keep

@@ -256,54 +256,45 @@ fn check_elf(b: &[u8], whole: &str) -> std::result::Result<(), String> {
         }
     }
 
-    let section = |sh: &[u8]| -> Option<(u32, u32, u64, u64)> {
-        Some((
-            read_u32(sh, 0)?,
-            read_u32(sh, 4)?,
-            read_u64(sh, 0x18)?,
-            read_u64(sh, 0x20)?,
-        ))
-    };
-    let corrupt = || "a section header could not be read".to_string();
-    for (i, sh) in shdrs.chunks_exact(usize::from(SHDR_SIZE)).enumerate() {
-        let (_, kind, offset, size) = section(sh).ok_or_else(corrupt)?;
+    let sections: Vec<SectionHeader> = shdrs
+        .chunks_exact(usize::from(SHDR_SIZE))
+        .map(SectionHeader::read)
+        .collect::<Option<_>>()
+        .ok_or("a section header could not be read")?;
+    for (i, s) in sections.iter().enumerate() {
         // SHT_NOBITS (.bss-like) sections occupy no bytes of the file.
-        if kind != SHT_NOBITS && !fits(b, offset, size) {
+        if s.kind != SHT_NOBITS && !fits(b, s.offset, s.size) {
             return Err(past_end(format!(
-                "section {i} (offset {offset}, size {size})"
+                "section {i} (offset {}, size {})",
+                s.offset, s.size
             )));
         }
     }
-    if h.shnum > 0 {
-        let n = usize::from(h.shstrndx);
-        let sh = shdrs
-            .chunks_exact(usize::from(SHDR_SIZE))
-            .nth(n)
-            .ok_or_else(corrupt)?;
-        let (_, kind, offset, size) = section(sh).ok_or_else(corrupt)?;
-        if kind == SHT_NOBITS {
+    if let Some(names) = sections.get(usize::from(h.shstrndx)) {
+        let n = h.shstrndx;
+        if names.kind == SHT_NOBITS {
             return Err(format!(
                 "the section-name string table (section {n}) is SHT_NOBITS: it has no bytes"
             ));
         }
         // Its range was checked above.
-        let strtab = range(b, offset, size).ok_or_else(corrupt)?;
+        let strtab = range(b, names.offset, names.size).unwrap_or_default();
         if strtab.last().is_some_and(|&c| c != 0) {
             return Err(format!(
                 "the section-name string table (section {n}) does not end with a NUL, so a name \
                  could run past it"
             ));
         }
-        for (i, sh) in shdrs.chunks_exact(usize::from(SHDR_SIZE)).enumerate() {
-            let (name, ..) = section(sh).ok_or_else(corrupt)?;
-            if u64::from(name) >= size {
+        for (i, s) in sections.iter().enumerate() {
+            if u64::from(s.name) >= names.size {
                 return Err(format!(
-                    "section {i}'s name (sh_name {name}) lies outside the {size}-byte \
-                     section-name string table (section {n})"
+                    "section {i}'s name (sh_name {}) lies outside the {}-byte section-name \
+                     string table (section {n})",
+                    s.name, names.size
                 ));
             }
         }
-        check_tables(b, shdrs, h.shnum)?;
+        check_tables(b, &sections, h.shnum)?;
     }
 
     for (i, ph) in phdrs.chunks_exact(usize::from(PHDR_SIZE)).enumerate() {
@@ -317,6 +308,31 @@ fn check_elf(b: &[u8], whole: &str) -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The ELF64 section header fields the checks use.
+struct SectionHeader {
+    name: u32,
+    kind: u32,
+    offset: u64,
+    size: u64,
+    link: u32,
+    info: u32,
+    entsize: u64,
+}
+
+impl SectionHeader {
+    fn read(sh: &[u8]) -> Option<Self> {
+        Some(Self {
+            name: read_u32(sh, 0)?,
+            kind: read_u32(sh, 4)?,
+            offset: read_u64(sh, 0x18)?,
+            size: read_u64(sh, 0x20)?,
+            link: read_u32(sh, 0x28)?,
+            info: read_u32(sh, 0x2c)?,
+            entsize: read_u64(sh, 0x38)?,
+        })
+    }
 }
 
 const SHT_SYMTAB: u32 = 2;
@@ -333,31 +349,8 @@ const SHN_LORESERVE: u16 = 0xff00;
 /// string table, and each symbol's name lies inside it and its section index is a section (or
 /// reserved); a relocation table's entries are 24 (`RELA`) or 16 (`REL`) bytes, it links to a
 /// symbol table, applies to a section, and each entry names a symbol of that table.
-fn check_tables(b: &[u8], shdrs: &[u8], shnum: u16) -> std::result::Result<(), String> {
-    struct Sh {
-        kind: u32,
-        offset: u64,
-        size: u64,
-        link: u32,
-        info: u32,
-        entsize: u64,
-    }
-    let read = |sh: &[u8]| -> Option<Sh> {
-        Some(Sh {
-            kind: read_u32(sh, 4)?,
-            offset: read_u64(sh, 0x18)?,
-            size: read_u64(sh, 0x20)?,
-            link: read_u32(sh, 0x28)?,
-            info: read_u32(sh, 0x2c)?,
-            entsize: read_u64(sh, 0x38)?,
-        })
-    };
-    let all: Vec<Sh> = shdrs
-        .chunks_exact(usize::from(SHDR_SIZE))
-        .map(read)
-        .collect::<Option<_>>()
-        .ok_or("a section header could not be read")?;
-    let bytes = |s: &Sh| range(b, s.offset, s.size).unwrap_or_default();
+fn check_tables(b: &[u8], all: &[SectionHeader], shnum: u16) -> std::result::Result<(), String> {
+    let bytes = |s: &SectionHeader| range(b, s.offset, s.size).unwrap_or_default();
     for (i, s) in all.iter().enumerate() {
         if s.link >= u32::from(shnum) {
             return Err(format!(

@@ -236,10 +236,7 @@ impl Stream {
                 if let Some(link) = joins {
                     if let Some(graph) = link.graph.upgrade() {
                         let mut tree = graph.lock();
-                        if tree.captures.contains_key(&link.id)
-                            && !tree.dead.is_empty()
-                            && graph.any_in_chain(|g| tree.dead.contains(&g))
-                        {
+                        if tree.captures.contains_key(&link.id) && tree.is_dead(&graph) {
                             return Err(Error::InvalidArgument(
                                 "the event was recorded into a capture whose graph the driver freed (a capture of its tree failed): waiting on it would join that capture".into(),
                             ));
@@ -302,7 +299,7 @@ impl Stream {
                     None => (graph.lock(), None),
                 };
                 if tree.captures.contains_key(&id) {
-                    if !tree.dead.is_empty() && graph.any_in_chain(|g| tree.dead.contains(&g)) {
+                    if tree.is_dead(&graph) {
                         // The driver freed the graph this capture records into (the parent's
                         // capture failed while a forgotten body still captured into it).
                         return Err(Error::InvalidArgument(
