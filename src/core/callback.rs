@@ -66,6 +66,14 @@ impl CallbackState {
     }
 }
 
+/// The host function of every callback of this crate, as one address. A function's address is
+/// not unique in Rust: `prepare` is generic, so it is compiled into its callers' codegen units,
+/// and a small function they refer to may be copied into each (two copies of `trampoline` were
+/// found in a release build, and a host node's function then matched neither). Everything that
+/// hands the driver the trampoline, or compares against it, reads this one value.
+static TRAMPOLINE: unsafe extern "C" fn(*mut c_void) = trampoline;
+
+#[inline(never)]
 unsafe extern "C" fn trampoline(user_data: *mut c_void) {
     // A panic never crosses into the driver (nor does one from its payload's `Drop`).
     crate::driver::release::contain(|| {
@@ -193,7 +201,7 @@ where
         observer: HostCallback {
             state: Arc::downgrade(&state),
         },
-        func: trampoline,
+        func: TRAMPOLINE,
         user_data: Arc::as_ptr(&state) as *mut c_void,
         keep: state,
     }
@@ -201,7 +209,7 @@ where
 
 /// Whether `f` is the host function of this crate's callbacks.
 pub(crate) fn is_trampoline(f: unsafe extern "C" fn(*mut c_void)) -> bool {
-    f as usize == trampoline as unsafe extern "C" fn(*mut c_void) as usize
+    f as usize == TRAMPOLINE as usize
 }
 
 /// The observer of the callback whose state `owner` is, if it is the state at `user_data`.
@@ -258,6 +266,14 @@ mod tests {
         let _ = me.set(cb.observer.clone());
         let observer = cb.observer.clone();
         (cb, observer)
+    }
+
+    #[test]
+    fn prepared_callbacks_are_recognised_as_the_crates() {
+        let prepared = prepare(|| {});
+        assert!(is_trampoline(prepared.func));
+        unsafe extern "C" fn other(_: *mut c_void) {}
+        assert!(!is_trampoline(other));
     }
 
     #[test]
