@@ -96,7 +96,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     where
         S: IsCapturing,
     {
-        self.core.stream.launch(kernel, config, args)
+        self.core
+            .stream
+            .launch_via(self.core.own_capture(), kernel, config, args)
     }
 
     /// Records a launch of an untyped `function`: the raw form of [`launch`](Self::launch). The
@@ -124,7 +126,11 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         // SAFETY: forwarded from the caller.
-        unsafe { self.core.stream.launch_unchecked(function, config, args) }
+        unsafe {
+            self.core
+                .stream
+                .launch_unchecked_via(self.core.own_capture(), function, config, args)
+        }
     }
 
     /// Records a memset of every byte of `buf` to `value`.

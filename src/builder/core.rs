@@ -10,7 +10,7 @@ use crate::driver::stream::CaptureLink;
 use crate::driver::stream::{status_out, CaptureStatus};
 use crate::driver::{self, DriverVersion};
 use crate::error::{Error, Result};
-use crate::runtime::{Event, Recording, Stream};
+use crate::runtime::{Event, OwnCapture, Recording, Stream};
 
 /// The runtime part of a builder.
 ///
@@ -24,6 +24,9 @@ pub struct Core {
     pub(crate) graph: Option<Arc<GraphHandle>>,
     /// This builder's own capture (a primary's or a body's; forks record into their parent's).
     pub(crate) capture: Option<u64>,
+    /// For a fork: the capture its stream joined (its parent's), which cannot end while the fork
+    /// lives (the fork borrows its parent).
+    pub(crate) joined: Option<u64>,
     /// Whether this builder's stream is capturing and the capture still needs ending or joining.
     pub(crate) capturing: bool,
     /// For a fork: the stream it joins back into.
@@ -41,10 +44,21 @@ impl Core {
             stream,
             graph: None,
             capture: None,
+            joined: None,
             capturing: false,
             join_into: None,
             active: None,
             new_stream_on_begin: false,
+        }
+    }
+
+    /// The capture this builder records into while it is active (its own, for a primary or a
+    /// body; its parent's, for a fork): work recorded through the builder then needs only the
+    /// tree's lock ([`Stream::enqueue_via`](crate::runtime::Stream::enqueue_via)).
+    pub(crate) fn own_capture(&self) -> Option<OwnCapture<'_>> {
+        match (&self.graph, self.capture.or(self.joined)) {
+            (Some(graph), Some(id)) if self.capturing => Some(OwnCapture { graph, id }),
+            _ => None,
         }
     }
 

@@ -63,6 +63,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             stream.wait(&event)?;
             let mut core = Core::new(stream);
             core.graph = self.core.graph.clone();
+            core.joined = self.core.own_capture().map(|c| c.id);
             core.capturing = true;
             core.join_into = Some(self.core.stream.clone());
             forks.push(GraphBuilder {

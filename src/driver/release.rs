@@ -282,15 +282,25 @@ impl Drop for CaptureActive {
             Restricts::Everyone => {
                 LOCAL_ACTIVE.with(|n| n.set(n.get().saturating_sub(1)));
                 if GLOBAL_ACTIVE.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    send(Msg::Wake);
+                    wake_if_deferred();
                 }
             }
             Restricts::ThisThread => {
                 LOCAL_ACTIVE.with(|n| n.set(n.get().saturating_sub(1)));
-                send(Msg::Wake);
+                wake_if_deferred();
             }
             Restricts::Nothing => {}
         }
+    }
+}
+
+/// Wakes the release thread for the deferred destroys, if there are any. A destroy deferred
+/// after the check sends its own wake-up once it is queued, and the release thread then sees
+/// this capture ended (the counters were updated before the check). Waking the thread
+/// unconditionally cost every capture's end a message to the release thread and a wake-up.
+fn wake_if_deferred() {
+    if !lock(&DEFERRED).is_empty() {
+        send(Msg::Wake);
     }
 }
 

@@ -24,8 +24,8 @@ pub use launch::{KernelArg, KernelArgs, LaunchConfig};
 pub use module::{Function, Module};
 pub use observer::ReleaseObserver;
 pub use pinned::PinnedBuffer;
-pub(crate) use stream::Recording;
 pub use stream::Stream;
+pub(crate) use stream::{OwnCapture, Recording};
 
 static_assertions::assert_impl_all!(Device: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(Stream: Send, Sync, Clone, std::fmt::Debug);

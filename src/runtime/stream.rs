@@ -70,6 +70,21 @@ impl Recording<'_> {
     }
 }
 
+/// A builder's own capture, as the builder knows it while it is borrowed in its capturing
+/// state: the graph recorded into and the capture's id (see [`Stream::enqueue_via`]).
+#[derive(Clone, Copy)]
+pub(crate) struct OwnCapture<'a> {
+    pub(crate) graph: &'a Arc<GraphHandle>,
+    pub(crate) id: u64,
+}
+
+/// The error for work on a capture whose graph the driver freed.
+fn dead_capture() -> Error {
+    Error::InvalidArgument(
+        "the graph this stream's capture records into was freed by the driver (a capture of its tree failed): nothing more can be recorded; end or drop the capture".into(),
+    )
+}
+
 /// A non-blocking CUDA stream. Clones share the stream. `Send + Sync`.
 ///
 /// Operations that refer to crate resources (buffers, modules) keep them alive in the graph when
@@ -283,6 +298,50 @@ impl Stream {
         self.enqueue_with(None, op)
     }
 
+    /// [`enqueue`](Self::enqueue) for work recorded through a builder: with `own`, the builder's
+    /// capture, only that capture's tree is locked. The stream's capture slot is not needed:
+    /// it guards against a capture beginning or ending on the stream in the middle of the
+    /// operation, and neither can happen to a capture whose builder is borrowed for it (ending
+    /// consumes the builder; beginning another on a capturing stream is refused by the driver
+    /// without touching this tree). Work on the stream from other threads takes the slot and
+    /// then the same tree lock, so it is serialised with this as before.
+    pub(crate) fn enqueue_via<R>(
+        &self,
+        own: Option<OwnCapture<'_>>,
+        op: impl FnOnce(&mut Recording<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let Some(own) = own else {
+            return self.enqueue_out_of_line(op);
+        };
+        self.handle.ctx.bind_cached()?;
+        let mut tree = own.graph.lock();
+        // Only the builder's own end removes its capture, and it is borrowed for this.
+        debug_assert!(tree.captures.contains_key(&own.id));
+        if tree.is_dead(own.graph) {
+            return Err(dead_capture());
+        }
+        // Only `wait` writes the slot, and only when not capturing.
+        let mut unused = None;
+        let mut rec = Recording {
+            tree: Some(&mut tree),
+            other: None,
+            capture: Some((own.graph, own.id)),
+            slot: &mut unused,
+        };
+        op(&mut rec)
+    }
+
+    /// [`enqueue`](Self::enqueue), kept out of [`enqueue_via`](Self::enqueue_via)'s body so that
+    /// the builder's path stays small (measured: inlined, it cost the path more instructions
+    /// than the stream slot it saves).
+    #[inline(never)]
+    fn enqueue_out_of_line<R>(
+        &self,
+        op: impl FnOnce(&mut Recording<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.enqueue(op)
+    }
+
     /// [`enqueue`](Self::enqueue), also locking `other`'s tree (in the fixed order of
     /// [`lock_two`]) when the stream captures: for work that reads another graph (`add_child_graph`).
     pub(crate) fn enqueue_with<R>(
@@ -302,9 +361,7 @@ impl Stream {
                     if tree.is_dead(&graph) {
                         // The driver freed the graph this capture records into (the parent's
                         // capture failed while a forgotten body still captured into it).
-                        return Err(Error::InvalidArgument(
-                            "the graph this stream's capture records into was freed by the driver (a capture of its tree failed): nothing more can be recorded; end or drop the capture".into(),
-                        ));
+                        return Err(dead_capture());
                     }
                     let mut rec = Recording {
                         tree: Some(&mut tree),
@@ -352,6 +409,18 @@ impl Stream {
         config: LaunchConfig,
         args: impl crate::ArgsFor<S>,
     ) -> Result<()> {
+        self.launch_via(None, kernel, config, args)
+    }
+
+    /// [`launch`](Self::launch), recorded through `own` when the caller is a builder whose
+    /// capture this stream records into (see [`OwnCapture`]).
+    pub(crate) fn launch_via<S: crate::Signature>(
+        &self,
+        own: Option<OwnCapture<'_>>,
+        kernel: &crate::Kernel<S>,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<S>,
+    ) -> Result<()> {
         let function = kernel.function();
         let device = self.handle.ctx.device;
         if function.module.ctx.device != device {
@@ -369,6 +438,7 @@ impl Stream {
             // and the arguments match the signature (checked by `ArgsFor`).
             unsafe {
                 self.launch_recorded(
+                    own,
                     function,
                     config,
                     params,
@@ -401,12 +471,28 @@ impl Stream {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_unchecked_via(None, function, config, args) }
+    }
+
+    /// [`launch_unchecked`](Self::launch_unchecked), recorded through `own` when the caller is a
+    /// builder whose capture this stream records into (see [`OwnCapture`]).
+    ///
+    /// # Safety
+    /// As [`launch_unchecked`](Self::launch_unchecked).
+    pub(crate) unsafe fn launch_unchecked_via(
+        &self,
+        own: Option<OwnCapture<'_>>,
+        function: &Function,
+        config: LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
         let (mut ptrs, mut spill) = ([std::ptr::null_mut(); 16], Vec::new());
         let params = args.fill_pointers(&mut ptrs, &mut spill);
         let owners = args.keep.iter().map(super::OwnerRef::Other);
         // SAFETY: `params` points at `args.len()` pointers to argument storage that lives until
         // the call returns; the caller promises the arguments match the kernel.
-        unsafe { self.launch_recorded(function, config, params, owners, |_| Ok(())) }
+        unsafe { self.launch_recorded(own, function, config, params, owners, |_| Ok(())) }
     }
 
     /// The part of a launch both forms share, under the stream's capture slot: `check`, the
@@ -419,6 +505,7 @@ impl Stream {
     /// it is given.
     unsafe fn launch_recorded<'a>(
         &self,
+        own: Option<OwnCapture<'_>>,
         function: &Function,
         config: LaunchConfig,
         params: *mut *mut std::ffi::c_void,
@@ -426,7 +513,7 @@ impl Stream {
         check: impl FnOnce(&Recording<'_>) -> Result<()>,
     ) -> Result<()> {
         let (g, b) = (config.grid, config.block);
-        self.enqueue(|rec| {
+        self.enqueue_via(own, |rec| {
             check(rec)?;
             if !rec.capturing() {
                 for alloc in owners.clone().filter_map(|o| o.alloc()) {

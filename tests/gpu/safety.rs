@@ -211,13 +211,17 @@ fn stream_work_racing_captures_on_the_same_stream(gpu: &Gpu) -> TestResult {
     Ok(())
 }
 
-/// Item 5: a shared `&GraphBuilder` records from four threads at once.
+/// Item 5: a shared `&GraphBuilder` records from four threads at once, while a fifth records on
+/// its stream directly.
 fn four_threads_record_into_one_capture(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
     let counter = gpu.device.alloc_zeroed::<i32>(1)?;
     let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    // A fifth thread records on the builder's stream itself (not through the builder), so work
+    // that takes the stream's capture slot races work recorded through the builder.
+    let stream = b.stream().clone();
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..4)
+        let mut handles: Vec<_> = (0..4)
             .map(|_| {
                 scope.spawn(|| -> cuda_graph::Result<()> {
                     for _ in 0..200 {
@@ -231,16 +235,26 @@ fn four_threads_record_into_one_capture(gpu: &Gpu) -> TestResult {
                 })
             })
             .collect();
+        handles.push(scope.spawn(|| -> cuda_graph::Result<()> {
+            for _ in 0..200 {
+                let own = gpu.device.alloc_zeroed::<i32>(1)?;
+                // SAFETY: add_one(int*).
+                unsafe { stream.launch_unchecked(&add_one, one(), &args![&counter])? };
+                unsafe { stream.launch_unchecked(&add_one, one(), &args![&own])? };
+            }
+            Ok(())
+        }));
         for h in handles {
             h.join().expect("no panic")?;
         }
         Ok::<_, Error>(())
     })?;
+    drop(stream);
     let g = complete(b.end_building()?)?;
     let s = gpu.stream();
     g.launch(&s)?;
     s.synchronize()?;
-    assert_eq!(counter.to_vec()?, [800]);
+    assert_eq!(counter.to_vec()?, [1000]);
     Ok(())
 }
 
@@ -578,6 +592,11 @@ fn forgotten_body_blocks_complete_and_node_destruction(gpu: &Gpu) -> TestResult 
         .ok_or("no conditional node")?;
     assert!(def.destroy_node(cond).is_err(), "the body still captures");
     assert!(def.try_clone().is_err());
+    let host = GraphDefinition::new(&gpu.device)?;
+    match host.add_child_graph(&[], &ended) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("still records"), "{m}"),
+        other => return Err(format!("embedding: {other:?}").into()),
+    }
     let mut other = complete({
         let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
         // SAFETY: add_one(int*).
