@@ -2,7 +2,7 @@
 
 use cudarc::driver::sys;
 
-use crate::driver::graph::{Owner, Owners, TreeState};
+use crate::driver::graph::{Owner, Owners, SharedRef, TreeState};
 use crate::error::{Error, Result};
 
 /// A node of one graph: the value the `add_*` methods of [`GraphDefinition`](crate::GraphDefinition)
@@ -128,13 +128,14 @@ pub(crate) fn fresh(
     tree: &mut TreeState,
     graph: u64,
     raw: sys::CUgraphNode,
+    shared: Option<SharedRef<'_>>,
     owners: Owners,
     released: &mut Vec<Owner>,
 ) -> GraphNode {
     let born = tree.epoch;
     let serial = tree
         .nodes
-        .insert(graph, raw as usize, owners, released, born);
+        .insert(graph, raw as usize, shared, owners, released, born);
     GraphNode {
         graph,
         raw: raw as usize,
@@ -283,7 +284,7 @@ mod tests {
     }
 
     fn fresh1(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
-        fresh(tree, graph, raw, Owners::new(), &mut Vec::new())
+        fresh(tree, graph, raw, None, Owners::new(), &mut Vec::new())
     }
 
     #[test]
@@ -367,6 +368,7 @@ mod tests {
             &mut tree,
             1,
             raw(0x100),
+            None,
             [buf].into_iter().collect(),
             &mut released,
         );
@@ -378,6 +380,7 @@ mod tests {
             &mut tree,
             5,
             raw(0x300),
+            None,
             [body_buf].into_iter().collect(),
             &mut released,
         );
@@ -402,6 +405,60 @@ mod tests {
     }
 
     #[test]
+    fn a_value_shared_by_nodes_lives_until_the_last_of_them_goes() {
+        use std::sync::Arc;
+        let mut tree = TreeState::default();
+        let module = Arc::new(5u32);
+        let watch = Arc::downgrade(&module);
+        let (a, b, c) = {
+            let make = || module.clone() as Owner;
+            let mut add = |at: usize| {
+                let shared = SharedRef::new(&module, &make);
+                fresh(
+                    &mut tree,
+                    1,
+                    raw(at),
+                    Some(shared),
+                    Owners::new(),
+                    &mut Vec::new(),
+                )
+            };
+            (add(0x100), add(0x200), add(0x300))
+        };
+        drop(module);
+        assert_eq!(Arc::strong_count(&watch.upgrade().unwrap()), 2, "held once");
+        let seen = |tree: &TreeState, n: &GraphNode| {
+            tree.nodes
+                .owners_of(1, n.raw, n.serial)
+                .map_or(0, |o| o.count())
+        };
+        assert_eq!(seen(&tree, &a), 1, "each node lists what it uses");
+        // An exec made now holds it; destroying nodes does not take it from the exec.
+        let exec_keep = tree.snapshot();
+        drop(forget(&mut tree, 1, &a));
+        drop(exec_keep);
+        assert!(watch.upgrade().is_some(), "two nodes still use it");
+        drop(forget(&mut tree, 1, &b));
+        assert!(watch.upgrade().is_some(), "one node still uses it");
+        // Replacing the last user's owners hands the value back with the old owners; putting
+        // them back holds it again.
+        let old = tree
+            .nodes
+            .replace_owners(1, c.raw, c.serial, Owners::new())
+            .expect("a live node");
+        assert_eq!(old.len(), 1);
+        let undone = tree.nodes.replace_owners(1, c.raw, c.serial, old);
+        assert!(undone.is_some_and(|o| o.is_empty()));
+        assert!(watch.upgrade().is_some(), "held by the node again");
+        drop(forget(&mut tree, 1, &c));
+        assert!(
+            watch.upgrade().is_none(),
+            "released with the last node using it"
+        );
+        assert!(tree.snapshot().is_empty());
+    }
+
+    #[test]
     fn replacing_a_nodes_owners_leaves_older_snapshots_alone_and_can_be_undone() {
         use std::sync::Arc;
         let mut tree = TreeState::default();
@@ -412,6 +469,7 @@ mod tests {
             &mut tree,
             1,
             raw(0x100),
+            None,
             [old].into_iter().collect(),
             &mut Vec::new(),
         );

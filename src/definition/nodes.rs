@@ -16,7 +16,7 @@ use crate::core::source::FinishedGraph;
 use crate::driver;
 use crate::driver::compat;
 use crate::driver::context::PrimaryContext;
-use crate::driver::graph::{lock_two, Owner, Owners, TreeState};
+use crate::driver::graph::{lock_two, Owner, Owners, SharedRef, TreeState};
 use crate::error::{Error, Result};
 use crate::runtime::{
     DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig, Recording,
@@ -498,15 +498,18 @@ impl GraphDefinition {
             &mut sys::CUgraphNode,
         ) -> Result<()>,
     ) -> Result<GraphNode> {
-        self.add_node_then(deps, live, owners, add, |_, _| {})
+        self.add_node_then(deps, live, None, owners, add, |_, _| {})
     }
 
     /// [`add_node_with`](Self::add_node_with), then `then` on the tree and the new node, under
     /// the same lock (bookkeeping that another thread's instantiation must see with the node).
+    /// `shared` is a value the node uses that the tree may hold once for many nodes (a kernel's
+    /// module, see [`SharedRef`]).
     fn add_node_then(
         &self,
         deps: &[&GraphNode],
         live: &[&GraphNode],
+        shared: Option<SharedRef<'_>>,
         owners: impl FnOnce(&mut Owners),
         add: impl FnOnce(
             sys::CUgraph,
@@ -526,7 +529,7 @@ impl GraphDefinition {
         node::check_each(&locked.tree, graph.id, live)?;
         let mut out = std::ptr::null_mut();
         add(graph.raw, deps_ptr(&raw_deps), raw_deps.len(), &mut out)?;
-        let node = node::fresh(&mut locked.tree, graph.id, out, held, &mut released);
+        let node = node::fresh(&mut locked.tree, graph.id, out, shared, held, &mut released);
         then(&mut locked.tree, &node);
         drop(locked);
         drop(released);
@@ -567,19 +570,27 @@ impl GraphDefinition {
             refs.check_target(Some(self.handle()))?;
             let params = config.kernel_node_params(function, refs.params(), self.handle().ctx.raw);
             let keep = |owners: &mut Owners| {
-                owners.reserve_exact(1 + refs.owners.len());
-                owners.push(function.module.clone());
+                owners.reserve_exact(refs.owners.len());
                 for o in &refs.owners {
                     owners.push(o.owner());
                 }
             };
-            self.add_node_with(deps, &[], keep, |g, d, n, out| {
-                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params`
-                // points at argument bytes that outlive the call (the driver copies them);
-                // `Kernel`'s maker promised its signature and bounds, and the arguments match
-                // it (checked by `ArgsFor`).
-                unsafe { driver::graph::add_kernel_node(out, g, d, n, &params) }
-            })
+            let module = || function.module.clone() as Owner;
+            let shared = SharedRef::new(&function.module, &module);
+            self.add_node_then(
+                deps,
+                &[],
+                Some(shared),
+                keep,
+                |g, d, n, out| {
+                    // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params`
+                    // points at argument bytes that outlive the call (the driver copies them);
+                    // `Kernel`'s maker promised its signature and bounds, and the arguments
+                    // match it (checked by `ArgsFor`).
+                    unsafe { driver::graph::add_kernel_node(out, g, d, n, &params) }
+                },
+                |_, _| {},
+            )
             .map(TypedNode::new)
         })
     }
@@ -616,18 +627,26 @@ impl GraphDefinition {
             self.handle().ctx.raw,
         );
         let keep = |owners: &mut Owners| {
-            owners.reserve_exact(1 + args.keep.len());
-            owners.push(function.module.clone());
+            owners.reserve_exact(args.keep.len());
             for k in &args.keep {
                 owners.push(k.clone());
             }
         };
-        self.add_node_with(deps, &[], keep, |g, d, n, out| {
-            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` points at
-            // argument storage that outlives the call (the driver copies it); the caller promises
-            // the arguments match the kernel.
-            unsafe { driver::graph::add_kernel_node(out, g, d, n, &params) }
-        })
+        let module = || function.module.clone() as Owner;
+        let shared = SharedRef::new(&function.module, &module);
+        self.add_node_then(
+            deps,
+            &[],
+            Some(shared),
+            keep,
+            |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params`
+                // points at argument storage that outlives the call (the driver copies it); the
+                // caller promises the arguments match the kernel.
+                unsafe { driver::graph::add_kernel_node(out, g, d, n, &params) }
+            },
+            |_, _| {},
+        )
         .map(TypedNode::new)
     }
 
@@ -918,7 +937,7 @@ impl GraphDefinition {
             )
         }?;
         let mut released = Vec::new();
-        let node = node::fresh(&mut tree, graph.id, out, owners, &mut released);
+        let node = node::fresh(&mut tree, graph.id, out, None, owners, &mut released);
         drop((tree, child_tree));
         drop(released);
         Ok(TypedNode::new(node))
@@ -1041,6 +1060,7 @@ impl GraphDefinition {
         let node = self.add_node_then(
             deps,
             &[],
+            None,
             |_| {},
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
@@ -1089,6 +1109,7 @@ impl GraphDefinition {
         let free = self.add_node_then(
             deps,
             &[alloc_node.as_ref()],
+            None,
             |_| {},
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by

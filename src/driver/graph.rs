@@ -76,9 +76,10 @@ pub(crate) type KeepChunk = Arc<Vec<Arc<dyn Any + Send + Sync>>>;
 /// callback's state, an event, an embedded graph's operands).
 pub(crate) type Owner = Arc<dyn Any + Send + Sync>;
 
-/// What one node uses: held by its slot in the [`NodeTable`] until the node is destroyed. Two
-/// inline: a kernel's module and one buffer take no allocation.
-pub(crate) type Owners = smallvec::SmallVec<[Owner; 2]>;
+/// What one node uses: held by its slot in the [`NodeTable`] until the node is destroyed. One
+/// inline: a kernel node with one buffer takes no allocation (its module is held through the
+/// table's shared entries, see [`SharedRef`]), and a node slot fits in 64 bytes.
+pub(crate) type Owners = smallvec::SmallVec<[Owner; 1]>;
 
 /// What the lock of a graph tree (a root graph and its conditional bodies) guards besides the
 /// driver calls: the bookkeeping of explicit definitions.
@@ -94,6 +95,14 @@ pub(crate) type Owners = smallvec::SmallVec<[Owner; 2]>;
 #[derive(Debug, Default)]
 pub(crate) struct NodeTable {
     slots: Vec<NodeSlot>,
+    /// Values many nodes use (a kernel's module), each held once with a count of the live
+    /// nodes using it (see [`SharedRef`]); freed entries are reused.
+    shared: Vec<SharedOwner>,
+    shared_free: Vec<u32>,
+    /// Address → entry of `shared`, for the entries that hold a value.
+    shared_index: IdMap<usize, u32>,
+    /// The entry used last (the usual case: a chain of nodes launching kernels of one module).
+    last_shared: Option<(usize, u32)>,
     /// Slots of forgotten nodes, for reuse (the table stays as large as the live node count).
     free: Vec<u32>,
     /// `(graph id, raw node)` → slot, once something looked a node up by address.
@@ -103,11 +112,50 @@ pub(crate) struct NodeTable {
     owners_chunk: Option<KeepChunk>,
 }
 
+/// A value that a new node uses and that the node table holds once for every node using it: its
+/// address, and how to make the [`Owner`] the first time. A node then counts its use in the
+/// table under the tree lock instead of cloning the `Arc` — an atomic increment when the node is
+/// added and a decrement when it goes, which were most of an explicit node's cost besides the
+/// tree lock (profiled with the stub driver). What the node uses is still released with the
+/// node: the value goes when the last node using it does.
+pub(crate) struct SharedRef<'a> {
+    pub(crate) addr: usize,
+    pub(crate) make: &'a dyn Fn() -> Owner,
+}
+
+impl<'a> SharedRef<'a> {
+    /// The shared reference to `value`, made into an `Owner` by `make` when needed.
+    pub(crate) fn new<T: Any + Send + Sync>(
+        value: &'a Arc<T>,
+        make: &'a dyn Fn() -> Owner,
+    ) -> Self {
+        SharedRef {
+            addr: Arc::as_ptr(value) as *const () as usize,
+            make,
+        }
+    }
+}
+
+/// An entry of [`NodeTable::shared`].
+#[derive(Debug)]
+struct SharedOwner {
+    /// `None` while the entry is free.
+    owner: Option<Owner>,
+    addr: usize,
+    /// Live nodes using it.
+    uses: u64,
+}
+
+// One cache line per node.
+static_assertions::const_assert!(std::mem::size_of::<NodeSlot>() <= 64);
+
 #[derive(Debug)]
 struct NodeSlot {
     graph: u64,
     raw: usize,
     generation: u32,
+    /// The entry of [`NodeTable::shared`] the node uses, plus one (0: none).
+    shared: u32,
     live: bool,
     owners: Owners,
     /// The tree's [`TreeState::epoch`] when the node was made (an upper bound for nodes seen
@@ -124,6 +172,7 @@ impl NodeTable {
         &mut self,
         graph: u64,
         raw: usize,
+        shared: Option<SharedRef<'_>>,
         owners: Owners,
         released: &mut Vec<Owner>,
         born: u64,
@@ -138,12 +187,14 @@ impl NodeTable {
         if !owners.is_empty() {
             self.owners_chunk = None;
         }
+        let shared = shared.map_or(0, |r| self.share(r));
         let slot = match self.free.pop() {
             Some(i) => {
                 let s = &mut self.slots[i as usize];
                 s.graph = graph;
                 s.raw = raw;
                 s.generation = s.generation.wrapping_add(1);
+                s.shared = shared;
                 s.live = true;
                 s.owners = owners;
                 s.born = born;
@@ -154,6 +205,7 @@ impl NodeTable {
                     graph,
                     raw,
                     generation: 0,
+                    shared,
                     live: true,
                     owners,
                     born,
@@ -165,6 +217,70 @@ impl NodeTable {
             index.insert((graph, raw), slot);
         }
         Self::serial(slot, self.slots[slot as usize].generation)
+    }
+
+    /// Counts one more use of the value `r` names, holding it first if no node does yet;
+    /// returns its entry plus one.
+    fn share(&mut self, r: SharedRef<'_>) -> u32 {
+        let found = match self.last_shared {
+            Some((addr, i)) if addr == r.addr => Some(i),
+            _ => self.shared_index.get(&r.addr).copied(),
+        };
+        let i = match found {
+            Some(i) => {
+                self.shared[i as usize].uses += 1;
+                i
+            }
+            None => {
+                let entry = SharedOwner {
+                    owner: Some((r.make)()),
+                    addr: r.addr,
+                    uses: 1,
+                };
+                let i = match self.shared_free.pop() {
+                    Some(i) => {
+                        self.shared[i as usize] = entry;
+                        i
+                    }
+                    None => {
+                        self.shared.push(entry);
+                        (self.shared.len() - 1) as u32
+                    }
+                };
+                self.shared_index.insert(r.addr, i);
+                // Execs snapshot what the tree holds: the new value must be in the next one.
+                self.owners_chunk = None;
+                i
+            }
+        };
+        self.last_shared = Some((r.addr, i));
+        i + 1
+    }
+
+    /// Takes one use of the shared entry `id` (an entry plus one) away from a node and returns
+    /// the value for the caller to hold or drop: the entry's own reference once no node uses it
+    /// (the entry is freed), else a new one.
+    fn unshare(&mut self, id: u32) -> Option<Owner> {
+        let i = id.checked_sub(1)?;
+        let entry = self.shared.get_mut(i as usize)?;
+        entry.uses = entry.uses.saturating_sub(1);
+        if entry.uses > 0 {
+            return entry.owner.clone();
+        }
+        let owner = entry.owner.take();
+        let addr = entry.addr;
+        self.shared_index.remove(&addr);
+        self.shared_free.push(i);
+        if self.last_shared.is_some_and(|(_, last)| last == i) {
+            self.last_shared = None;
+        }
+        self.owners_chunk = None;
+        owner
+    }
+
+    /// The values held for node slots through [`SharedRef`]s.
+    fn shared_owners(&self) -> impl Iterator<Item = &Owner> {
+        self.shared.iter().filter_map(|e| e.owner.as_ref())
     }
 
     fn serial(slot: u32, generation: u32) -> u64 {
@@ -179,9 +295,21 @@ impl NodeTable {
     }
 
     /// What the live node `(graph, raw, serial)` holds.
-    pub(crate) fn owners_of(&self, graph: u64, raw: usize, serial: u64) -> Option<&Owners> {
-        self.slot_of(graph, raw, serial)
-            .map(|slot| &self.slots[slot as usize].owners)
+    pub(crate) fn owners_of(
+        &self,
+        graph: u64,
+        raw: usize,
+        serial: u64,
+    ) -> Option<impl Iterator<Item = &Owner>> {
+        self.slot_of(graph, raw, serial).map(|slot| {
+            let s = &self.slots[slot as usize];
+            let shared = s
+                .shared
+                .checked_sub(1)
+                .and_then(|i| self.shared.get(i as usize))
+                .and_then(|e| e.owner.as_ref());
+            shared.into_iter().chain(s.owners.iter())
+        })
     }
 
     /// What every live node holds.
@@ -190,6 +318,7 @@ impl NodeTable {
             .iter()
             .filter(|s| s.live)
             .flat_map(|s| s.owners.iter())
+            .chain(self.shared_owners())
     }
 
     /// Whether the token `(graph, raw, serial)` names a live node.
@@ -222,10 +351,12 @@ impl NodeTable {
     ) -> Option<Owners> {
         let slot = self.slot_of(graph, raw, serial)?;
         self.owners_chunk = None;
-        Some(std::mem::replace(
-            &mut self.slots[slot as usize].owners,
-            owners,
-        ))
+        let s = &mut self.slots[slot as usize];
+        let mut old = std::mem::replace(&mut s.owners, owners);
+        // What the node used through the shared table goes with the rest of the old owners.
+        let shared = std::mem::take(&mut s.shared);
+        old.extend(self.unshare(shared));
+        Some(old)
     }
 
     /// The serial of the live node at `raw` in `graph`, registering it (with no owners, made at
@@ -241,7 +372,7 @@ impl NodeTable {
         });
         match index.get(&(graph, raw)) {
             Some(&slot) => Self::serial(slot, self.slots[slot as usize].generation),
-            None => self.insert(graph, raw, Owners::new(), &mut Vec::new(), born),
+            None => self.insert(graph, raw, None, Owners::new(), &mut Vec::new(), born),
         }
     }
 
@@ -273,7 +404,8 @@ impl NodeTable {
             return Owners::new();
         }
         s.live = false;
-        let owners = std::mem::take(&mut s.owners);
+        let mut owners = std::mem::take(&mut s.owners);
+        let shared = std::mem::take(&mut s.shared);
         if let Some(index) = self.index.as_mut() {
             if index.get(&(s.graph, s.raw)) == Some(&slot) {
                 index.remove(&(s.graph, s.raw));
@@ -283,18 +415,14 @@ impl NodeTable {
         if !owners.is_empty() {
             self.owners_chunk = None;
         }
+        owners.extend(self.unshare(shared));
         owners
     }
 
     /// Every live node's owners, in one shared chunk (made again only after a change).
     fn owners_chunk(&mut self) -> Option<KeepChunk> {
         if self.owners_chunk.is_none() {
-            let all: Vec<Owner> = self
-                .slots
-                .iter()
-                .filter(|s| s.live)
-                .flat_map(|s| s.owners.iter().cloned())
-                .collect();
+            let all: Vec<Owner> = self.all_owners().cloned().collect();
             if all.is_empty() {
                 return None;
             }
@@ -443,7 +571,7 @@ impl TreeState {
         if let Some(found) = self
             .nodes
             .owners_of(graph, raw, serial)
-            .and_then(|own| search(own.iter(), pred, DEPTH))
+            .and_then(|own| search(own, pred, DEPTH))
         {
             return Some(found);
         }
