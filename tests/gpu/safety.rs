@@ -12,6 +12,11 @@ use crate::support::{eventually, global_captures_beside_drops, one, Gpu, Needs, 
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
+        "safety::captures_left_open_at_process_exit",
+        Needs::Gpu,
+        captures_left_open_at_process_exit,
+    ),
+    (
         "safety::stream_work_racing_captures_on_the_same_stream",
         Needs::Gpu,
         stream_work_racing_captures_on_the_same_stream,
@@ -1033,5 +1038,79 @@ fn conditional_execs_updated_while_their_launches_run(gpu: &Gpu) -> TestResult {
     s.synchronize()?;
     drop(g);
     assert_eq!(buf.to_vec()?, [2 * CYCLES]);
+    Ok(())
+}
+
+/// The environment variable that makes the suite's binary run [`child`] instead of the tests.
+pub const CHILD: &str = "CUDA_GRAPH_TEST_CHILD";
+
+/// A process that leaves captures open and exits: a `Global` capture with a launch and a fork,
+/// a `Relaxed` one with a conditional body (all leaked with `mem::forget`), and a graph still
+/// running. It must exit normally and promptly (no hang in the crate's release thread or in the
+/// driver's teardown, no crash). Returns the exit code.
+pub fn child(what: &str) -> i32 {
+    if what != "open_captures" {
+        eprintln!("unknown child {what:?}");
+        return 2;
+    }
+    let run = || -> cuda_graph::Result<()> {
+        let device = Device::new(0)?;
+        let module = device.load_module(crate::support::KERNELS)?;
+        let add_one = module.function("add_one")?;
+        let buf = device.alloc_zeroed::<i32>(1)?;
+        let relaxed = device.create_graph_builder()?.begin_building(Relaxed)?;
+        let h = relaxed.create_conditional_handle(Some(1))?;
+        let body = relaxed.add_if(&h)?.begin_building(Relaxed)?;
+        // SAFETY: add_one(int*).
+        unsafe { body.launch_unchecked(&add_one, one(), &args![&buf])? };
+        let global = device.create_graph_builder()?.begin_building(Global)?;
+        // SAFETY: add_one(int*).
+        unsafe { global.launch_unchecked(&add_one, one(), &args![&buf])? };
+        let forks = global.split::<2>()?;
+        // SAFETY: add_one(int*).
+        unsafe { forks[0].launch_unchecked(&add_one, one(), &args![&buf])? };
+        std::mem::forget(forks);
+        std::mem::forget(body);
+        std::mem::forget(relaxed);
+        std::mem::forget(global);
+        // Dropped while the leaked Global capture lives: the release is deferred, forever.
+        drop(buf);
+        Ok(())
+    };
+    match run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("child: {e}");
+            3
+        }
+    }
+}
+
+/// A process may end with captures still open (builders leaked with `mem::forget`, a buffer
+/// whose release waits for a `Global` capture that never ends): it exits with its own status,
+/// promptly, without a crash or a hang.
+fn captures_left_open_at_process_exit(_gpu: &Gpu) -> TestResult {
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .env(CHILD, "open_captures")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            return Err("the process with open captures did not exit within 60 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(status.success(), "exit status {status:?}; stderr: {err}");
     Ok(())
 }
