@@ -575,23 +575,9 @@ impl GraphDefinition {
                     owners.push(o.owner());
                 }
             };
-            let module = || function.module.clone() as Owner;
-            let shared = SharedRef::new(&function.module, &module);
-            self.add_node_then(
-                deps,
-                &[],
-                Some(shared),
-                keep,
-                |g, d, n, out| {
-                    // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params`
-                    // points at argument bytes that outlive the call (the driver copies them);
-                    // `Kernel`'s maker promised its signature and bounds, and the arguments
-                    // match it (checked by `ArgsFor`).
-                    unsafe { driver::graph::add_kernel_node(out, g, d, n, &params) }
-                },
-                |_, _| {},
-            )
-            .map(TypedNode::new)
+            // SAFETY: `params` points at argument bytes that outlive the call; `Kernel`'s maker
+            // promised its signature and bounds, and the arguments match it (`ArgsFor`).
+            unsafe { self.add_kernel_params(deps, function, &params, keep) }
         })
     }
 
@@ -632,6 +618,25 @@ impl GraphDefinition {
                 owners.push(k.clone());
             }
         };
+        // SAFETY: `params` points at argument storage that outlives the call; the caller
+        // promises the arguments match the kernel.
+        unsafe { self.add_kernel_params(deps, function, &params, keep) }
+    }
+
+    /// The kernel node both launch forms add: `params` for `function`, the function's module
+    /// held through the tree's shared entries (see [`SharedRef`]) and `keep`'s owners by the
+    /// node.
+    ///
+    /// # Safety
+    /// `params` is `function`'s launch with argument pointers valid during the call, and the
+    /// arguments match the kernel's parameters and keep it within the memory it is given.
+    unsafe fn add_kernel_params(
+        &self,
+        deps: &[&GraphNode],
+        function: &Function,
+        params: &sys::CUDA_KERNEL_NODE_PARAMS,
+        keep: impl FnOnce(&mut Owners),
+    ) -> Result<KernelNode> {
         let module = || function.module.clone() as Owner;
         let shared = SharedRef::new(&function.module, &module);
         self.add_node_then(
@@ -640,10 +645,10 @@ impl GraphDefinition {
             Some(shared),
             keep,
             |g, d, n, out| {
-                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params`
-                // points at argument storage that outlives the call (the driver copies it); the
-                // caller promises the arguments match the kernel.
-                unsafe { driver::graph::add_kernel_node(out, g, d, n, &params) }
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` is
+                // valid and its arguments match the kernel (this function's contract; the driver
+                // copies the argument bytes).
+                unsafe { driver::graph::add_kernel_node(out, g, d, n, params) }
             },
             |_, _| {},
         )
