@@ -431,9 +431,7 @@ impl GraphAllocation {
         // on this stream (none in between).
         let raw = unsafe { *deps };
         let node = TypedNode::new(node::token(tree, graph, raw));
-        // Until a free takes it, execs free it when they are dropped.
-        tree.unfreed.insert((graph, node.raw), ptr);
-        tree.memory_graphs.insert(graph);
+        tree.note_allocation(graph, node.raw, ptr);
         Ok(GraphAllocation {
             ptr,
             bytes,
@@ -1075,12 +1073,9 @@ impl GraphDefinition {
                 dptr.set(params.dptr);
                 r
             },
-            // Until a free node takes it, execs free it when they are dropped (recorded with the
-            // node, under the same lock: an instantiation on another thread sees both or neither).
-            |tree, node| {
-                tree.unfreed.insert((node.graph, node.raw), dptr.get());
-                tree.memory_graphs.insert(node.graph);
-            },
+            // Recorded with the node, under the same lock: an instantiation on another thread
+            // sees both or neither.
+            |tree, node| tree.note_allocation(node.graph, node.raw, dptr.get()),
         )?;
         let node = MemAllocNode::new(node);
         Ok((

@@ -76,6 +76,35 @@ pub(crate) type KeepChunk = Arc<Vec<Arc<dyn Any + Send + Sync>>>;
 /// callback's state, an event, an embedded graph's operands).
 pub(crate) type Owner = Arc<dyn Any + Send + Sync>;
 
+/// The first of `items` that `pred` picks, looking inside the shared chunks (`Vec<Owner>`) that
+/// trees, snapshots and copies hold, a few levels deep; `None` if none. A `pred` that never
+/// picks visits everything.
+pub(crate) fn search_owners<'a>(
+    items: impl Iterator<Item = &'a Owner>,
+    pred: &mut dyn FnMut(&Owner) -> bool,
+) -> Option<Owner> {
+    fn search<'a>(
+        items: impl Iterator<Item = &'a Owner>,
+        pred: &mut dyn FnMut(&Owner) -> bool,
+        depth: u32,
+    ) -> Option<Owner> {
+        for o in items {
+            if pred(o) {
+                return Some(o.clone());
+            }
+            if depth > 0 {
+                if let Some(chunk) = o.downcast_ref::<Vec<Owner>>() {
+                    if let Some(found) = search(chunk.iter(), pred, depth - 1) {
+                        return Some(found);
+                    }
+                }
+            }
+        }
+        None
+    }
+    search(items, pred, 8)
+}
+
 /// What one node uses: held by its slot in the [`NodeTable`] until the node is destroyed. One
 /// inline: a kernel node with one buffer takes no allocation (its module is held through the
 /// table's shared entries, see [`SharedRef`]), and a node slot fits in 64 bytes.
@@ -548,36 +577,24 @@ impl TreeState {
         serial: u64,
         pred: &mut dyn FnMut(&Owner) -> bool,
     ) -> Option<Owner> {
-        fn search<'a>(
-            items: impl Iterator<Item = &'a Owner>,
-            pred: &mut dyn FnMut(&Owner) -> bool,
-            depth: u32,
-        ) -> Option<Owner> {
-            for o in items {
-                if pred(o) {
-                    return Some(o.clone());
-                }
-                if depth > 0 {
-                    if let Some(chunk) = o.downcast_ref::<Vec<Owner>>() {
-                        if let Some(found) = search(chunk.iter(), pred, depth - 1) {
-                            return Some(found);
-                        }
-                    }
-                }
-            }
-            None
-        }
-        const DEPTH: u32 = 8;
         if let Some(found) = self
             .nodes
             .owners_of(graph, raw, serial)
-            .and_then(|own| search(own, pred, DEPTH))
+            .and_then(|own| search_owners(own, pred))
         {
             return Some(found);
         }
-        search(self.pending.iter(), pred, DEPTH)
-            .or_else(|| search(self.chunks.iter().flat_map(|c| c.iter()), pred, DEPTH))
-            .or_else(|| search(self.nodes.all_owners(), pred, DEPTH))
+        search_owners(self.pending.iter(), pred)
+            .or_else(|| search_owners(self.chunks.iter().flat_map(|c| c.iter()), pred))
+            .or_else(|| search_owners(self.nodes.all_owners(), pred))
+    }
+
+    /// Records the memory allocation node `(graph, raw)` of address `ptr`: execs free it when
+    /// they are dropped until a free node takes it, and its graph refuses node and edge
+    /// removals from now on.
+    pub(crate) fn note_allocation(&mut self, graph: u64, raw: usize, ptr: u64) {
+        self.unfreed.insert((graph, raw), ptr);
+        self.memory_graphs.insert(graph);
     }
 
     /// Holds `value` for as long as the tree (and, once flushed, every exec made from it) lives.

@@ -50,28 +50,19 @@ static ANY_ORDERED: AtomicBool = AtomicBool::new(false);
 pub(crate) fn ready_events<'a>(
     owners: impl Iterator<Item = &'a super::graph::Owner>,
 ) -> Vec<Arc<EventHandle>> {
-    fn walk<'a>(
-        items: impl Iterator<Item = &'a super::graph::Owner>,
-        out: &mut Vec<Arc<EventHandle>>,
-        depth: u32,
-    ) {
-        for o in items {
-            if let Some(alloc) = o.downcast_ref::<DeviceAlloc>() {
-                if let Some(ord) = &alloc.ordered {
-                    if !out.iter().any(|e| Arc::ptr_eq(e, &ord.ready)) {
-                        out.push(ord.ready.clone());
-                    }
-                }
-            } else if depth > 0 {
-                if let Some(chunk) = o.downcast_ref::<Vec<super::graph::Owner>>() {
-                    walk(chunk.iter(), out, depth - 1);
+    let mut out: Vec<Arc<EventHandle>> = Vec::new();
+    if ANY_ORDERED.load(Ordering::Relaxed) {
+        super::graph::search_owners(owners, &mut |o| {
+            if let Some(ord) = o
+                .downcast_ref::<DeviceAlloc>()
+                .and_then(|a| a.ordered.as_ref())
+            {
+                if !out.iter().any(|e| Arc::ptr_eq(e, &ord.ready)) {
+                    out.push(ord.ready.clone());
                 }
             }
-        }
-    }
-    let mut out = Vec::new();
-    if ANY_ORDERED.load(Ordering::Relaxed) {
-        walk(owners, &mut out, 8);
+            false
+        });
     }
     out
 }
