@@ -3,7 +3,9 @@
 //! See [`GraphDefinition`] and [the definitions guide](crate::docs::definitions).
 
 use std::path::Path;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
+
+use crate::driver::tree_lock::TreeGuard;
 
 use cudarc::driver::sys;
 
@@ -112,7 +114,7 @@ impl std::fmt::Debug for GraphDefinition {
 
 /// The state of the graph's tree, locked, for one operation.
 pub(crate) struct Locked<'a> {
-    pub(crate) tree: MutexGuard<'a, TreeState>,
+    pub(crate) tree: TreeGuard<'a, TreeState>,
 }
 
 impl GraphDefinition {

@@ -580,8 +580,8 @@ pub(crate) fn lock_with_child<'a>(
     child: Option<&'a Arc<GraphHandle>>,
     owners: &mut Owners,
 ) -> Result<(
-    std::sync::MutexGuard<'a, TreeState>,
-    Option<std::sync::MutexGuard<'a, TreeState>>,
+    crate::driver::tree_lock::TreeGuard<'a, TreeState>,
+    Option<crate::driver::tree_lock::TreeGuard<'a, TreeState>>,
 )> {
     let Some(child) = child else {
         return Ok((graph.lock(), None));

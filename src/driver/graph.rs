@@ -3,7 +3,9 @@
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use super::tree_lock::{TreeGuard, TreeLock};
 
 use cudarc::driver::sys;
 
@@ -36,7 +38,7 @@ pub struct GraphHandle {
     /// CUDA graph objects are not internally synchronised: every driver call that reads or
     /// mutates a graph runs under its tree's lock ([`GraphHandle::lock`]). Only the root's is
     /// used; a conditional body takes its root's, since instantiating the root reads the bodies.
-    tree: Mutex<TreeState>,
+    tree: TreeLock<TreeState>,
     /// Set when the driver destroyed the graph itself (an invalidated capture into it).
     disowned: AtomicBool,
 }
@@ -230,7 +232,12 @@ impl NodeTable {
                 i
             }
             None => {
-                self.slots.push(NodeSlot {
+                // Written in place: `push` built the slot on the stack and copied it with wide
+                // loads over narrower stores, a store-forwarding stall that was the largest
+                // single cost of an explicit node after the tree lock (`perf`, stub driver).
+                self.slots.reserve(1);
+                let len = self.slots.len();
+                self.slots.spare_capacity_mut()[0].write(NodeSlot {
                     graph,
                     raw,
                     generation: 0,
@@ -239,7 +246,10 @@ impl NodeTable {
                     owners,
                     born,
                 });
-                (self.slots.len() - 1) as u32
+                // SAFETY: the element at `len` (within capacity, reserved above) was just
+                // initialised.
+                unsafe { self.slots.set_len(len + 1) };
+                len as u32
             }
         };
         if let Some(index) = self.index.as_mut() {
@@ -675,7 +685,7 @@ impl GraphHandle {
             id: next_id(),
             owner: None,
             embedded: false,
-            tree: Mutex::new(TreeState::default()),
+            tree: TreeLock::new(TreeState::default()),
             disowned: AtomicBool::new(false),
         }
     }
@@ -699,7 +709,7 @@ impl GraphHandle {
             id,
             owner: Some(owner.clone()),
             embedded,
-            tree: Mutex::new(TreeState::default()),
+            tree: TreeLock::new(TreeState::default()),
             disowned: AtomicBool::new(false),
         })
     }
@@ -712,13 +722,12 @@ impl GraphHandle {
     /// Takes the lock of this graph's tree (see [`TreeState`]). Hold it across every driver call
     /// that reads or mutates the graph; never take a second tree's lock while holding it except
     /// through [`lock_two`].
-    pub(crate) fn lock(&self) -> MutexGuard<'_, TreeState> {
+    pub(crate) fn lock(&self) -> TreeGuard<'_, TreeState> {
         let mut g = self;
         while let Some(o) = &g.owner {
             g = o;
         }
-        // A panic never happens while the lock is held, but stay usable if one did.
-        g.tree.lock().unwrap_or_else(|p| p.into_inner())
+        g.tree.lock()
     }
 
     /// The id of this graph's tree: its root graph's id.
@@ -770,7 +779,7 @@ impl Drop for GraphHandle {
         if self.owner.is_some() || self.disowned.load(Ordering::Acquire) {
             return;
         }
-        let tree = self.tree.get_mut().unwrap_or_else(|p| p.into_inner());
+        let tree = self.tree.get_mut();
         if tree.broken.is_some() {
             // The driver destroyed a body graph owned by one of this graph's nodes;
             // `cuGraphDestroy` would crash on it (seen on driver 13.0). Leaked instead.
@@ -827,7 +836,7 @@ impl Drop for ExecHandle {
 pub(crate) fn lock_two<'a>(
     a: &'a GraphHandle,
     b: &'a GraphHandle,
-) -> (MutexGuard<'a, TreeState>, Option<MutexGuard<'a, TreeState>>) {
+) -> (TreeGuard<'a, TreeState>, Option<TreeGuard<'a, TreeState>>) {
     if a.tree_id() == b.tree_id() {
         (a.lock(), None)
     } else if a.tree_id() < b.tree_id() {

@@ -25,6 +25,7 @@ pub(crate) mod module;
 pub(crate) mod nvrtc;
 pub(crate) mod release;
 pub(crate) mod stream;
+pub(crate) mod tree_lock;
 
 pub use crate::version::DriverVersion;
 

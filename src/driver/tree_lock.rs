@@ -1,0 +1,227 @@
+//! The lock of a graph tree: a mutex whose release is one plain store.
+//!
+//! Every node a capture records or a definition adds takes its tree's lock (CUDA graph objects
+//! are not thread-safe), so the lock's own cost is paid per node. `std::sync::Mutex` makes an
+//! atomic read-modify-write both to take and to release the lock (its release swaps the state to
+//! learn whether a thread sleeps on it); with the stub driver that release was a third of an
+//! explicit node's time in the crate besides the acquire. This lock releases with a store and
+//! then reads a count of sleeping threads: the read may run ahead of the store (x86 lets a load
+//! pass an earlier store), so a thread that went to sleep in that instant can miss its wake-up.
+//! Sleepers therefore wake by themselves after [`NAP`] and try again: mutual exclusion rests on
+//! the compare-and-swap alone, and a missed wake-up costs that waiter at most one nap. Threads
+//! only sleep on the lock when another thread holds it past a short spin, which the crate's
+//! per-node operations never do.
+
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+/// How long a thread waiting for the lock sleeps before it looks again, woken or not.
+const NAP: Duration = Duration::from_millis(1);
+
+/// How many times a thread that finds the lock taken looks again before it sleeps.
+const SPINS: u32 = 64;
+
+/// A mutual-exclusion lock around a `T` (see the module's documentation).
+pub(crate) struct TreeLock<T> {
+    locked: AtomicBool,
+    /// Threads asleep (or about to sleep) waiting for the lock.
+    sleepers: AtomicU32,
+    park: Mutex<()>,
+    wake: Condvar,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the lock hands out access to `value` to one thread at a time (`locked`, taken by a
+// compare-and-swap with acquire ordering and released with a release store), as `Mutex<T>`
+// does; so it may move and be shared between threads when `T` may move.
+unsafe impl<T: Send> Send for TreeLock<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for TreeLock<T> {}
+
+impl<T> std::fmt::Debug for TreeLock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeLock")
+            .field("locked", &self.locked.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> TreeLock<T> {
+    pub(crate) fn new(value: T) -> Self {
+        TreeLock {
+            locked: AtomicBool::new(false),
+            sleepers: AtomicU32::new(0),
+            park: Mutex::new(()),
+            wake: Condvar::new(),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Takes the lock, waiting for it if another thread holds it.
+    #[inline]
+    pub(crate) fn lock(&self) -> TreeGuard<'_, T> {
+        if !self.try_acquire() {
+            self.lock_contended();
+        }
+        TreeGuard {
+            lock: self,
+            _value: PhantomData,
+        }
+    }
+
+    /// The value, through exclusive access to the lock itself.
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.value.get_mut()
+    }
+
+    #[inline]
+    fn try_acquire(&self) -> bool {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        for _ in 0..SPINS {
+            std::hint::spin_loop();
+            if !self.locked.load(Ordering::Relaxed) && self.try_acquire() {
+                return;
+            }
+        }
+        // A read-modify-write: ordered before the attempts below.
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        loop {
+            if self.try_acquire() {
+                break;
+            }
+            let park = self.park.lock().unwrap_or_else(PoisonError::into_inner);
+            // A release that read `sleepers` after the increment above wakes this thread under
+            // `park`: either before this check (which then sees the lock free) or after the
+            // wait below began. One that read it before sleeps out the nap.
+            if self.locked.load(Ordering::SeqCst) {
+                drop(
+                    self.wake
+                        .wait_timeout(park, NAP)
+                        .unwrap_or_else(PoisonError::into_inner),
+                );
+            }
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_one(&self) {
+        let _park = self.park.lock().unwrap_or_else(PoisonError::into_inner);
+        self.wake.notify_one();
+    }
+}
+
+/// The lock of a [`TreeLock`], held until dropped; gives access to the value.
+pub(crate) struct TreeGuard<'a, T> {
+    lock: &'a TreeLock<T>,
+    /// Shares and moves like `&mut T`.
+    _value: PhantomData<&'a mut T>,
+}
+
+impl<T> Deref for TreeGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock: no other reference to the value exists.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> DerefMut for TreeGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference through the guard.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for TreeGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+        if self.lock.sleepers.load(Ordering::Relaxed) != 0 {
+            self.lock.wake_one();
+        }
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for TreeGuard<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    #[test]
+    fn threads_taking_turns_never_overlap() {
+        // A non-atomic read-modify-write under the lock: lost updates would show overlap.
+        let lock = Arc::new(TreeLock::new((0u64, false)));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let lock = lock.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50_000 {
+                        let mut g = lock.lock();
+                        assert!(!g.1, "two threads inside the lock");
+                        g.1 = true;
+                        let v = g.0;
+                        std::hint::black_box(&v);
+                        g.0 = v + 1;
+                        g.1 = false;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(lock.lock().0, 200_000);
+    }
+
+    #[test]
+    fn a_waiter_sleeping_through_a_long_hold_gets_the_lock() {
+        let lock = Arc::new(TreeLock::new(0u32));
+        let g = lock.lock();
+        let waiter = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                *lock.lock() += 1;
+                start.elapsed()
+            })
+        };
+        // Long enough for the waiter to spin out and sleep.
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(lock.sleepers.load(Ordering::SeqCst), 1);
+        drop(g);
+        let waited = waiter.join().unwrap();
+        assert!(waited >= Duration::from_millis(50));
+        assert_eq!(*lock.lock(), 1);
+        assert_eq!(lock.sleepers.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn get_mut_reaches_the_value_without_locking() {
+        let mut lock = TreeLock::new(vec![1]);
+        lock.get_mut().push(2);
+        assert_eq!(*lock.lock(), vec![1, 2]);
+        assert!(format!("{lock:?}").contains("locked: false"));
+    }
+}
