@@ -858,6 +858,7 @@ pub(crate) fn lock_two<'a>(
 /// The node-adding promise (above); `params` points at argument storage that outlives the call
 /// (the driver copies it) and the arguments match the kernel, which stays in bounds of the
 /// memory it is given.
+#[inline]
 pub(crate) unsafe fn add_kernel_node(
     out: &mut sys::CUgraphNode,
     graph: sys::CUgraph,

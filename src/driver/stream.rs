@@ -297,6 +297,7 @@ pub(crate) unsafe fn wait_event(
 /// storage of that parameter's type that lives until the call returns (the driver copies it);
 /// the kernel stays in bounds of the memory it is given.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub(crate) unsafe fn launch_kernel(
     function: sys::CUfunction,
     grid: (u32, u32, u32),
