@@ -604,7 +604,7 @@ impl GraphDefinition {
         args: &KernelArgs,
     ) -> Result<KernelNode> {
         self.same_device(&function.module.ctx, "kernel's module")?;
-        let (mut ptrs, mut spill) = ([std::ptr::null_mut(); 16], Vec::new());
+        let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
         let params = config.kernel_node_params(
             function,
             args.fill_pointers(&mut ptrs, &mut spill),

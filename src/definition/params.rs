@@ -465,7 +465,7 @@ impl RawParams {
                     config,
                     args,
                 } = &**kernel;
-                let (mut ptrs, mut spill) = ([std::ptr::null_mut(); 16], Vec::new());
+                let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
                 let params = config.kernel_node_params(
                     function,
                     args.fill_pointers(&mut ptrs, &mut spill),

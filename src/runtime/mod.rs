@@ -5,7 +5,7 @@ mod device;
 mod event;
 mod image;
 mod kernel;
-mod launch;
+pub(crate) mod launch;
 mod module;
 mod observer;
 mod pinned;

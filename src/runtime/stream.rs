@@ -487,7 +487,7 @@ impl Stream {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
-        let (mut ptrs, mut spill) = ([std::ptr::null_mut(); 16], Vec::new());
+        let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
         let params = args.fill_pointers(&mut ptrs, &mut spill);
         let owners = args.keep.iter().map(super::OwnerRef::Other);
         // SAFETY: `params` points at `args.len()` pointers to argument storage that lives until
@@ -514,7 +514,9 @@ impl Stream {
         check: impl FnOnce(&Recording<'_>) -> Result<()>,
     ) -> Result<()> {
         let (g, b) = (config.grid, config.block);
-        self.enqueue_via(own, |rec| {
+        // Inlined into both paths of `enqueue_via`: called through a function, the closure
+        // cost a frame and its environment per launch (stub driver, callgrind).
+        self.enqueue_via(own, #[inline(always)] |rec| {
             check(rec)?;
             if !rec.capturing() {
                 for alloc in owners.clone().filter_map(|o| o.alloc()) {
