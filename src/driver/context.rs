@@ -98,6 +98,7 @@ impl PrimaryContext {
     /// none, current), so if other code changed the current context since, the work is still
     /// right. Calls that use the current context itself (allocation, module loads, creating
     /// streams and events, instantiation) use `bind`, which asks the driver every time.
+    #[inline]
     pub(crate) fn bind_cached(&self) -> Result<()> {
         if BOUND.with(|b| b.get()) == self.raw as usize {
             return Ok(());

@@ -722,6 +722,7 @@ impl GraphHandle {
     /// Takes the lock of this graph's tree (see [`TreeState`]). Hold it across every driver call
     /// that reads or mutates the graph; never take a second tree's lock while holding it except
     /// through [`lock_two`].
+    #[inline]
     pub(crate) fn lock(&self) -> TreeGuard<'_, TreeState> {
         let mut g = self;
         while let Some(o) = &g.owner {

@@ -144,11 +144,19 @@ pub(crate) fn require_of(
 }
 
 /// Checks (once per call site, cached in `present`) that the driver is loaded and exports `name`.
+#[inline]
 pub(crate) fn ensure_symbol(present: &OnceLock<bool>, name: &'static str) -> Result<()> {
     // Set only after the driver loaded: the common case is one atomic load.
     if present.get() == Some(&true) {
         return Ok(());
     }
+    ensure_symbol_slow(present, name)
+}
+
+/// [`ensure_symbol`] for a call site's first call, or a missing driver or entry point.
+#[cold]
+#[inline(never)]
+fn ensure_symbol_slow(present: &OnceLock<bool>, name: &'static str) -> Result<()> {
     let driver = loaded()?;
     if *present.get_or_init(|| has_symbol(name)) {
         Ok(())

@@ -464,10 +464,14 @@ impl<'a> ArgRefs<'a> {
     /// Refuses arguments that only a kernel in a graph may take, when the kernel goes to a plain
     /// stream (`target` is `None`), and conditional handles of graphs outside `target`'s chain
     /// (the graph, and the graphs whose body or child it is).
+    #[inline]
     pub(crate) fn check_target(
         &self,
         target: Option<&crate::driver::graph::GraphHandle>,
     ) -> Result<()> {
+        if !self.needs_graph && self.handles.is_empty() {
+            return Ok(());
+        }
         match target {
             None if self.needs_graph || !self.handles.is_empty() => {
                 Err(Error::InvalidArgument(
@@ -491,14 +495,20 @@ impl<'a> ArgRefs<'a> {
 
     /// Refuses arguments in memory of another device than the kernel's (a kernel would
     /// dereference an address that is not valid where it runs); `what` names where it runs.
+    #[inline]
     pub(crate) fn check_device(&self, what: &str) -> Result<()> {
         match self.elsewhere {
-            Some((theirs, kind)) => Err(Error::InvalidArgument(format!(
-                "a kernel argument is {kind} of device {theirs}, but the {what} is on device {}",
-                self.device
-            ))),
+            Some((theirs, kind)) => Err(Self::elsewhere(theirs, kind, what, self.device)),
             None => Ok(()),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn elsewhere(theirs: i32, kind: &str, what: &str, device: i32) -> Error {
+        Error::InvalidArgument(format!(
+            "a kernel argument is {kind} of device {theirs}, but the {what} is on device {device}"
+        ))
     }
 
     /// The `void**` the driver takes: null without parameters.

@@ -569,6 +569,7 @@ impl Stream {
     /// stream's work. The crate's own allocations need nothing: `cuMemFree` waits for the device.
     /// Called after the operation is queued; where no host function can be queued (on a host
     /// callback's thread), waits for the stream instead.
+    #[inline]
     fn hold_borrowed<'a>(
         &self,
         rec: &Recording<'_>,
@@ -577,6 +578,14 @@ impl Stream {
         if rec.capturing() {
             return Ok(());
         }
+        self.hold_borrowed_now(owners)
+    }
+
+    /// [`hold_borrowed`](Self::hold_borrowed) outside a capture.
+    fn hold_borrowed_now<'a>(
+        &self,
+        owners: impl IntoIterator<Item = super::OwnerRef<'a>>,
+    ) -> Result<()> {
         let held: smallvec::SmallVec<[crate::driver::graph::Owner; 2]> = owners
             .into_iter()
             .filter(|o| o.alloc().is_some_and(DeviceAlloc::is_borrowed))
