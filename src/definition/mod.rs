@@ -316,13 +316,21 @@ impl GraphDefinition {
 }
 
 /// Refuses a graph that a capture records into, or a body whose conditional node is gone.
+#[inline]
 pub(crate) fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
-    if let Some(why) = &tree.broken {
-        return Err(Error::InvalidArgument(why.clone()));
-    }
-    if tree.captures.is_empty() && tree.dead.is_empty() {
+    if tree.broken.is_none() && tree.captures.is_empty() && tree.dead.is_empty() {
         // The common case, on every node added: nothing below can refuse.
         return Ok(());
+    }
+    check_usable_slow(graph, tree)
+}
+
+/// [`check_usable`] for a tree with a capture, a dead graph or a break.
+#[cold]
+#[inline(never)]
+fn check_usable_slow(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
+    if let Some(why) = &tree.broken {
+        return Err(Error::InvalidArgument(why.clone()));
     }
     if tree.is_capturing_into(graph.id) {
         return Err(Error::InvalidArgument(

@@ -144,14 +144,29 @@ pub(crate) fn fresh(
 }
 
 /// Checks that `node` is a live node of graph `graph`.
+#[inline]
 pub(crate) fn check(tree: &TreeState, graph: u64, node: &GraphNode) -> Result<sys::CUgraphNode> {
-    if node.graph != graph {
-        return Err(Error::ForeignNode);
-    }
-    if tree.nodes.is_live(graph, node.raw, node.serial) {
+    if is_live_in(tree, graph, node) {
         Ok(node.raw())
     } else {
-        Err(Error::DestroyedNode)
+        Err(refusal(graph, node))
+    }
+}
+
+/// Whether `node` is a live node of graph `graph`.
+#[inline]
+fn is_live_in(tree: &TreeState, graph: u64, node: &GraphNode) -> bool {
+    node.graph == graph && tree.nodes.is_live(graph, node.raw, node.serial)
+}
+
+/// Why [`check`] refused `node`.
+#[cold]
+#[inline(never)]
+fn refusal(graph: u64, node: &GraphNode) -> Error {
+    if node.graph != graph {
+        Error::ForeignNode
+    } else {
+        Error::DestroyedNode
     }
 }
 
@@ -179,7 +194,10 @@ pub(crate) fn check_into(
     }
     // A plain loop: `collect` into a `Result` costs more than the checks (measured per node).
     for n in nodes {
-        raw.push(check(tree, graph, n)?);
+        if !is_live_in(tree, graph, n) {
+            return Err(refusal(graph, n));
+        }
+        raw.push(n.raw());
     }
     Ok(())
 }

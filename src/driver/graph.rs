@@ -361,6 +361,7 @@ impl NodeTable {
     }
 
     /// Whether the token `(graph, raw, serial)` names a live node.
+    #[inline]
     pub(crate) fn is_live(&self, graph: u64, raw: usize, serial: u64) -> bool {
         self.slot_of(graph, raw, serial).is_some()
     }
