@@ -124,6 +124,7 @@ pub(crate) fn token(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> 
 /// Registers a node the driver just created, holding `owners` (what it uses) until it is
 /// destroyed: it gets a new serial even if a destroyed node had its address. What a node
 /// forgotten on the way held is pushed to `released`, to be dropped once the tree is unlocked.
+#[inline]
 pub(crate) fn fresh(
     tree: &mut TreeState,
     graph: u64,

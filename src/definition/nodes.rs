@@ -472,6 +472,21 @@ impl KernelArg for &GraphAllocation {
     }
 }
 
+/// The refusal of a value on another device than the graph.
+#[cold]
+#[inline(never)]
+fn other_device(what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "the {what} lives on another device than the graph"
+    ))
+}
+
+/// Drops the owners a forgotten node held, once the tree is unlocked.
+#[inline(never)]
+fn drop_owners(released: Vec<Owner>) {
+    drop(released);
+}
+
 fn deps_ptr(deps: &[sys::CUgraphNode]) -> *const sys::CUgraphNode {
     if deps.is_empty() {
         std::ptr::null()
@@ -524,21 +539,28 @@ impl GraphDefinition {
         let graph = self.handle();
         let mut raw_deps = node::RawNodes::new();
         node::check_into(&locked.tree, graph.id, deps, &mut raw_deps)?;
-        node::check_each(&locked.tree, graph.id, live)?;
+        if !live.is_empty() {
+            node::check_each(&locked.tree, graph.id, live)?;
+        }
         let mut out = std::ptr::null_mut();
         add(graph.raw, deps_ptr(&raw_deps), raw_deps.len(), &mut out)?;
         let node = node::fresh(&mut locked.tree, graph.id, out, shared, held, &mut released);
         then(&mut locked.tree, &node);
         drop(locked);
-        drop(released);
+        if released.capacity() == 0 {
+            // Nothing was ever pushed: there is nothing to free (the usual case, and an empty
+            // `Vec`'s drop glue is a call on this path).
+            std::mem::forget(released);
+        } else {
+            drop_owners(released);
+        }
         Ok(node)
     }
 
+    #[inline]
     fn same_device(&self, ctx: &Arc<PrimaryContext>, what: &str) -> Result<()> {
         if ctx.device != self.handle().ctx.device {
-            return Err(Error::InvalidArgument(format!(
-                "the {what} lives on another device than the graph"
-            )));
+            return Err(other_device(what));
         }
         Ok(())
     }
