@@ -476,9 +476,7 @@ impl KernelArg for &GraphAllocation {
 #[cold]
 #[inline(never)]
 fn other_device(what: &str) -> Error {
-    Error::InvalidArgument(format!(
-        "the {what} lives on another device than the graph"
-    ))
+    Error::InvalidArgument(format!("the {what} lives on another device than the graph"))
 }
 
 /// Drops the owners a forgotten node held, once the tree is unlocked.

@@ -516,34 +516,38 @@ impl Stream {
         let (g, b) = (config.grid, config.block);
         // Inlined into both paths of `enqueue_via`: called through a function, the closure
         // cost a frame and its environment per launch (stub driver, callgrind).
-        self.enqueue_via(own, #[inline(always)] |rec| {
-            check(rec)?;
-            if !rec.capturing() {
-                for alloc in owners.clone().filter_map(|o| o.alloc()) {
-                    alloc.check_stream(self.raw())?;
+        self.enqueue_via(
+            own,
+            #[inline(always)]
+            |rec| {
+                check(rec)?;
+                if !rec.capturing() {
+                    for alloc in owners.clone().filter_map(|o| o.alloc()) {
+                        alloc.check_stream(self.raw())?;
+                    }
                 }
-            }
-            rec.keep(&function.module);
-            for o in owners.clone() {
-                match o {
-                    super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
-                    super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
+                rec.keep(&function.module);
+                for o in owners.clone() {
+                    match o {
+                        super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
+                        super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
+                    }
                 }
-            }
-            // SAFETY: the context is current (bound by `enqueue`); the rest is the caller's
-            // promise above (the driver copies the argument bytes during the call).
-            unsafe {
-                driver::stream::launch_kernel(
-                    function.raw,
-                    g,
-                    b,
-                    config.shared_mem_bytes,
-                    self.raw(),
-                    params,
-                )
-            }?;
-            self.hold_borrowed(rec, owners)
-        })
+                // SAFETY: the context is current (bound by `enqueue`); the rest is the caller's
+                // promise above (the driver copies the argument bytes during the call).
+                unsafe {
+                    driver::stream::launch_kernel(
+                        function.raw,
+                        g,
+                        b,
+                        config.shared_mem_bytes,
+                        self.raw(),
+                        params,
+                    )
+                }?;
+                self.hold_borrowed(rec, owners)
+            },
+        )
     }
 
     /// Outside a capture, refuses work on `buf` when it is a stream-ordered allocation of another
