@@ -365,3 +365,8 @@ static_assertions::assert_impl_all!(NodeType: Send, Sync, Copy, std::fmt::Debug)
 static_assertions::assert_impl_all!(GraphAllocation: Send, Sync, std::fmt::Debug);
 static_assertions::assert_impl_all!(Memset2d: Send, Sync, Copy, std::fmt::Debug);
 static_assertions::assert_not_impl_any!(GraphAllocation: Clone, Copy);
+// A panic caught around graph work leaves nothing half-locked (the tree lock has no poisoning).
+static_assertions::assert_impl_all!(
+    GraphDefinition: std::panic::UnwindSafe,
+    std::panic::RefUnwindSafe
+);

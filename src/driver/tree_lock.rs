@@ -15,6 +15,7 @@
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
@@ -32,6 +33,8 @@ pub(crate) struct TreeLock<T> {
     sleepers: AtomicU32,
     park: Mutex<()>,
     wake: Condvar,
+    /// [`NAP`], longer in a test that must see a wake-up arrive.
+    nap: Duration,
     value: UnsafeCell<T>,
 }
 
@@ -41,6 +44,12 @@ pub(crate) struct TreeLock<T> {
 unsafe impl<T: Send> Send for TreeLock<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for TreeLock<T> {}
+
+// As for `std::sync::Mutex`: a panic while the lock is held leaves the value as it was and the
+// lock usable (there is no poisoning; the crate never panics while holding it). Without these,
+// every public type holding a graph would stop being unwind-safe.
+impl<T> UnwindSafe for TreeLock<T> {}
+impl<T> RefUnwindSafe for TreeLock<T> {}
 
 impl<T> std::fmt::Debug for TreeLock<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -52,11 +61,16 @@ impl<T> std::fmt::Debug for TreeLock<T> {
 
 impl<T> TreeLock<T> {
     pub(crate) fn new(value: T) -> Self {
+        Self::with_nap(value, NAP)
+    }
+
+    fn with_nap(value: T, nap: Duration) -> Self {
         TreeLock {
             locked: AtomicBool::new(false),
             sleepers: AtomicU32::new(0),
             park: Mutex::new(()),
             wake: Condvar::new(),
+            nap,
             value: UnsafeCell::new(value),
         }
     }
@@ -96,6 +110,14 @@ impl<T> TreeLock<T> {
         }
         // A read-modify-write: ordered before the attempts below.
         self.sleepers.fetch_add(1, Ordering::SeqCst);
+        // Counted out however this ends (nothing below is expected to panic).
+        struct Awake<'a>(&'a AtomicU32);
+        impl Drop for Awake<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let _awake = Awake(&self.sleepers);
         loop {
             if self.try_acquire() {
                 break;
@@ -107,12 +129,11 @@ impl<T> TreeLock<T> {
             if self.locked.load(Ordering::SeqCst) {
                 drop(
                     self.wake
-                        .wait_timeout(park, NAP)
+                        .wait_timeout(park, self.nap)
                         .unwrap_or_else(PoisonError::into_inner),
                 );
             }
         }
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
     #[cold]
@@ -196,25 +217,83 @@ mod tests {
     }
 
     #[test]
-    fn a_waiter_sleeping_through_a_long_hold_gets_the_lock() {
-        let lock = Arc::new(TreeLock::new(0u32));
+    fn threads_that_sleep_on_the_lock_never_overlap() {
+        // Some holds outlast the spin, so waiters go through the sleeping path.
+        let lock = Arc::new(TreeLock::new((0u64, false)));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let lock = lock.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200u64 {
+                        let mut g = lock.lock();
+                        assert!(!g.1, "two threads inside the lock");
+                        g.1 = true;
+                        if (i + t) % 50 == 0 {
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                        let v = g.0;
+                        std::hint::black_box(&v);
+                        g.0 = v + 1;
+                        g.1 = false;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(lock.lock().0, 800);
+        assert_eq!(lock.sleepers.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_sleeping_waiter_is_woken_by_the_release() {
+        // A nap far longer than the test: the waiter gets the lock only if the release wakes it.
+        let lock = Arc::new(TreeLock::with_nap(0u32, Duration::from_secs(600)));
         let g = lock.lock();
-        let waiter = {
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
             let lock = lock.clone();
             std::thread::spawn(move || {
-                let start = Instant::now();
                 *lock.lock() += 1;
-                start.elapsed()
-            })
-        };
-        // Long enough for the waiter to spin out and sleep.
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(lock.sleepers.load(Ordering::SeqCst), 1);
+                let _ = tx.send(());
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while lock.sleepers.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the waiter never went to sleep");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The waiter counted itself before its last look at the lock: it may still be between
+        // that look and the wait, which the release must not miss either (the park mutex).
+        std::thread::sleep(Duration::from_millis(20));
         drop(g);
-        let waited = waiter.join().unwrap();
-        assert!(waited >= Duration::from_millis(50));
+        assert!(
+            rx.recv_timeout(Duration::from_secs(60)).is_ok(),
+            "the waiter was not woken"
+        );
         assert_eq!(*lock.lock(), 1);
         assert_eq!(lock.sleepers.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_lock_is_unwind_safe_like_a_mutex() {
+        static_assertions::assert_impl_all!(
+            TreeLock<std::sync::Arc<dyn std::any::Any + Send + Sync>>: UnwindSafe, RefUnwindSafe, Send, Sync
+        );
+        let lock = Arc::new(TreeLock::new(1u32));
+        let l = lock.clone();
+        let r = std::panic::catch_unwind(move || {
+            let mut g = l.lock();
+            *g = 2;
+            panic!("inside the lock");
+        });
+        assert!(r.is_err());
+        assert_eq!(
+            *lock.lock(),
+            2,
+            "the lock is usable after a panic inside it"
+        );
     }
 
     #[test]

@@ -1048,3 +1048,4 @@ mod tests {
         assert_eq!(update_failure(1234), Some(UpdateFailure::Other(1234)));
     }
 }
+static_assertions::assert_impl_all!(Graph: std::panic::UnwindSafe, std::panic::RefUnwindSafe);
