@@ -87,6 +87,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// b.launch(affine, LaunchConfig::single(), (buf, 2, 1))?; // buf[0] = buf[0] * 2 + 1
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn launch<Sig: crate::Signature>(
         &self,
         kernel: &crate::Kernel<Sig>,
@@ -116,6 +117,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// unsafe { b.launch_unchecked(add_one, LaunchConfig::single(), &KernelArgs::new().arg(buf))? };
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub unsafe fn launch_unchecked(
         &self,
         function: &Function,

@@ -54,7 +54,8 @@ impl Core {
 
     /// The capture this builder records into while it is active (its own, for a primary or a
     /// body; its parent's, for a fork): work recorded through the builder then needs only the
-    /// tree's lock ([`Stream::enqueue_via`](crate::runtime::Stream::enqueue_via)).
+    /// tree's lock (`Stream::launch_recorded`).
+    #[inline]
     pub(crate) fn own_capture(&self) -> Option<OwnCapture<'_>> {
         match (&self.graph, self.capture.or(self.joined)) {
             (Some(graph), Some(id)) if self.capturing => Some(OwnCapture { graph, id }),

@@ -610,14 +610,37 @@ impl TreeState {
 
     /// Holds `value` for as long as the tree (and, once flushed, every exec made from it) lives.
     /// The same `Arc` is held once.
+    /// (The check of the recent addresses is inlined into the per-node paths; the rest is not.)
+    #[inline]
     pub(crate) fn keep<T: Any + Send + Sync>(&mut self, value: &Arc<T>) {
+        if !self
+            .recent
+            .contains(&(Arc::as_ptr(value) as *const () as usize))
+        {
+            self.keep_new(value);
+        }
+    }
+
+    #[inline(never)]
+    fn keep_new<T: Any + Send + Sync>(&mut self, value: &Arc<T>) {
         if self.first_time(Arc::as_ptr(value) as *const () as usize) {
             self.pending.push(value.clone());
         }
     }
 
     /// Holds a value shared as `Arc<dyn Any>` (a kernel argument's owner).
+    #[inline]
     pub(crate) fn keep_dyn(&mut self, value: &Arc<dyn Any + Send + Sync>) {
+        if !self
+            .recent
+            .contains(&(Arc::as_ptr(value) as *const () as usize))
+        {
+            self.keep_new_dyn(value);
+        }
+    }
+
+    #[inline(never)]
+    fn keep_new_dyn(&mut self, value: &Arc<dyn Any + Send + Sync>) {
         if self.first_time(Arc::as_ptr(value) as *const () as usize) {
             self.pending.push(value.clone());
         }

@@ -71,7 +71,7 @@ impl Recording<'_> {
 }
 
 /// A builder's own capture, as the builder knows it while it is borrowed in its capturing
-/// state: the graph recorded into and the capture's id (see [`Stream::enqueue_via`]).
+/// state: the graph recorded into and the capture's id (see `Stream::launch_recorded`).
 #[derive(Clone, Copy)]
 pub(crate) struct OwnCapture<'a> {
     pub(crate) graph: &'a Arc<GraphHandle>,
@@ -298,42 +298,8 @@ impl Stream {
         self.enqueue_with(None, op)
     }
 
-    /// [`enqueue`](Self::enqueue) for work recorded through a builder: with `own`, the builder's
-    /// capture, only that capture's tree is locked. The stream's capture slot is not needed:
-    /// it guards against a capture beginning or ending on the stream in the middle of the
-    /// operation, and neither can happen to a capture whose builder is borrowed for it (ending
-    /// consumes the builder; beginning another on a capturing stream is refused by the driver
-    /// without touching this tree). Work on the stream from other threads takes the slot and
-    /// then the same tree lock, so it is serialised with this as before.
-    pub(crate) fn enqueue_via<R>(
-        &self,
-        own: Option<OwnCapture<'_>>,
-        op: impl FnOnce(&mut Recording<'_>) -> Result<R>,
-    ) -> Result<R> {
-        let Some(own) = own else {
-            return self.enqueue_out_of_line(op);
-        };
-        self.handle.ctx.bind_cached()?;
-        let mut tree = own.graph.lock();
-        // Only the builder's own end removes its capture, and it is borrowed for this.
-        debug_assert!(tree.captures.contains_key(&own.id));
-        if tree.is_dead(own.graph) {
-            return Err(dead_capture());
-        }
-        // Only `wait` writes the slot, and only when not capturing.
-        let mut unused = None;
-        let mut rec = Recording {
-            tree: Some(&mut tree),
-            other: None,
-            capture: Some((own.graph, own.id)),
-            slot: &mut unused,
-        };
-        op(&mut rec)
-    }
-
-    /// [`enqueue`](Self::enqueue), kept out of [`enqueue_via`](Self::enqueue_via)'s body so that
-    /// the builder's path stays small (stub driver, callgrind: 264 instructions per captured
-    /// launch this way, 289 with `enqueue` inlined there).
+    /// [`enqueue`](Self::enqueue), kept out of [`launch_recorded`](Self::launch_recorded)'s
+    /// body so that the builder's path there stays small.
     #[inline(never)]
     fn enqueue_out_of_line<R>(
         &self,
@@ -440,10 +406,10 @@ impl Stream {
                 self.launch_recorded(
                     own,
                     function,
-                    config,
+                    &config,
                     params,
                     refs.owners.iter().copied(),
-                    |rec| refs.check_target(rec.capture.map(|(graph, _)| &**graph)),
+                    |graph| refs.check_target(graph),
                 )
             }
         })
@@ -492,13 +458,23 @@ impl Stream {
         let owners = args.keep.iter().map(super::OwnerRef::Other);
         // SAFETY: `params` points at `args.len()` pointers to argument storage that lives until
         // the call returns; the caller promises the arguments match the kernel.
-        unsafe { self.launch_recorded(own, function, config, params, owners, |_| Ok(())) }
+        unsafe { self.launch_recorded(own, function, &config, params, owners, |_| Ok(())) }
     }
 
-    /// The part of a launch both forms share, under the stream's capture slot (or, through a
-    /// builder, its capture's tree lock; see [`enqueue_via`](Self::enqueue_via)): `check`, the
-    /// stream checks of the buffers among `owners`, the owners kept by the capture (if any), the
-    /// launch, and the hold on borrowed memory outside a capture.
+    /// The part of a launch both forms share: `check` (given the graph captured into, if any),
+    /// the stream checks of the buffers among `owners`, the owners kept by the capture (if
+    /// any), the launch, and the hold on borrowed memory outside a capture.
+    ///
+    /// Through a builder (`own`, its capture), all of it runs in this one frame under the
+    /// capture's tree lock alone. The stream's capture slot is not needed: it guards against a
+    /// capture beginning or ending on the stream in the middle of the operation, and neither
+    /// can happen to a capture whose builder is borrowed for it (ending consumes the builder;
+    /// beginning another on a capturing stream is refused by the driver without touching this
+    /// tree). Work on the stream from other threads takes the slot and then the same tree
+    /// lock, so it is serialised with this. The builder's launch is the per-node path of a
+    /// capture: going through [`enqueue`](Self::enqueue)'s closure and a [`Recording`] cost 214
+    /// instructions per launch with the stub driver, this 187 (one buffer argument: 261, 234;
+    /// a typed launch: 366, 300). Other launches take the stream's capture slot.
     ///
     /// # Safety
     /// `params` points at one pointer per kernel parameter, each at argument bytes that live
@@ -508,46 +484,68 @@ impl Stream {
         &self,
         own: Option<OwnCapture<'_>>,
         function: &Function,
-        config: LaunchConfig,
+        config: &LaunchConfig,
         params: *mut *mut std::ffi::c_void,
         owners: impl Iterator<Item = super::OwnerRef<'a>> + Clone,
-        check: impl FnOnce(&Recording<'_>) -> Result<()>,
+        check: impl FnOnce(Option<&GraphHandle>) -> Result<()>,
     ) -> Result<()> {
-        let (g, b) = (config.grid, config.block);
-        // Inlined into both paths of `enqueue_via`: called through a function, the closure
-        // cost a frame and its environment per launch (stub driver, callgrind).
-        self.enqueue_via(
-            own,
-            #[inline(always)]
-            |rec| {
-                check(rec)?;
-                if !rec.capturing() {
-                    for alloc in owners.clone().filter_map(|o| o.alloc()) {
-                        alloc.check_stream(self.raw())?;
-                    }
+        if let Some(own) = own {
+            check(Some(own.graph))?;
+            self.handle.ctx.bind_cached()?;
+            let mut tree = own.graph.lock();
+            // Only the builder's own end removes its capture, and it is borrowed for this.
+            debug_assert!(tree.captures.contains_key(&own.id));
+            if tree.is_dead(own.graph) {
+                return Err(dead_capture());
+            }
+            tree.keep(&function.module);
+            for o in owners {
+                match o {
+                    super::OwnerRef::Alloc(alloc) => tree.keep(alloc),
+                    super::OwnerRef::Other(owner) => tree.keep_dyn(owner),
                 }
-                rec.keep(&function.module);
-                for o in owners.clone() {
-                    match o {
-                        super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
-                        super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
-                    }
+            }
+            // SAFETY: the context is current (bound above); the rest is the caller's promise
+            // (the driver copies the argument bytes during the call).
+            return unsafe {
+                driver::stream::launch_kernel(
+                    function.raw,
+                    config.grid,
+                    config.block,
+                    config.shared_mem_bytes,
+                    self.raw(),
+                    params,
+                )
+            };
+        }
+        self.enqueue_out_of_line(|rec| {
+            check(rec.capture.map(|(graph, _)| &**graph))?;
+            if !rec.capturing() {
+                for alloc in owners.clone().filter_map(|o| o.alloc()) {
+                    alloc.check_stream(self.raw())?;
                 }
-                // SAFETY: the context is current (bound by `enqueue`); the rest is the caller's
-                // promise above (the driver copies the argument bytes during the call).
-                unsafe {
-                    driver::stream::launch_kernel(
-                        function.raw,
-                        g,
-                        b,
-                        config.shared_mem_bytes,
-                        self.raw(),
-                        params,
-                    )
-                }?;
-                self.hold_borrowed(rec, owners)
-            },
-        )
+            }
+            rec.keep(&function.module);
+            for o in owners.clone() {
+                match o {
+                    super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
+                    super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
+                }
+            }
+            // SAFETY: the context is current (bound by `enqueue`); the rest is the caller's
+            // promise above (the driver copies the argument bytes during the call).
+            unsafe {
+                driver::stream::launch_kernel(
+                    function.raw,
+                    config.grid,
+                    config.block,
+                    config.shared_mem_bytes,
+                    self.raw(),
+                    params,
+                )
+            }?;
+            self.hold_borrowed(rec, owners)
+        })
     }
 
     /// Outside a capture, refuses work on `buf` when it is a stream-ordered allocation of another
