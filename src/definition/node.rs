@@ -181,6 +181,46 @@ pub(crate) fn check_all(tree: &TreeState, graph: u64, nodes: &[&GraphNode]) -> R
     Ok(raw)
 }
 
+/// Room on the stack for the raw nodes of a short dependency list ([`check_deps`]).
+pub(crate) type DepRoom = [std::mem::MaybeUninit<sys::CUgraphNode>; 8];
+
+/// An empty [`DepRoom`].
+pub(crate) const DEP_ROOM: DepRoom = [std::mem::MaybeUninit::uninit(); 8];
+
+/// Checks every dependency and writes the raw nodes into `room` (up to eight) or `spill`;
+/// returns them as the pointer and count the driver takes (null and 0 for none). The per-node
+/// path of explicit definitions: no `SmallVec` (its drop glue was a call per node), nothing
+/// moved through a `Result` but the error.
+#[inline]
+pub(crate) fn check_deps(
+    tree: &TreeState,
+    graph: u64,
+    nodes: &[&GraphNode],
+    room: &mut DepRoom,
+    spill: &mut Vec<sys::CUgraphNode>,
+) -> Result<(*const sys::CUgraphNode, usize)> {
+    if nodes.is_empty() {
+        return Ok((std::ptr::null(), 0));
+    }
+    if nodes.len() <= room.len() {
+        for (slot, n) in room.iter_mut().zip(nodes) {
+            if !is_live_in(tree, graph, n) {
+                return Err(refusal(graph, n));
+            }
+            slot.write(n.raw());
+        }
+        return Ok((room.as_ptr().cast(), nodes.len()));
+    }
+    spill.reserve_exact(nodes.len());
+    for n in nodes {
+        if !is_live_in(tree, graph, n) {
+            return Err(refusal(graph, n));
+        }
+        spill.push(n.raw());
+    }
+    Ok((spill.as_ptr(), spill.len()))
+}
+
 /// [`check_all`] into `raw` (cleared first): the list is not moved through a `Result`, which
 /// costs more than the checks on the per-node path (measured with the stub driver).
 pub(crate) fn check_into(

@@ -535,13 +535,13 @@ impl GraphDefinition {
         let mut released = Vec::new();
         let mut locked = self.lock()?;
         let graph = self.handle();
-        let mut raw_deps = node::RawNodes::new();
-        node::check_into(&locked.tree, graph.id, deps, &mut raw_deps)?;
+        let (mut room, mut spill) = (node::DEP_ROOM, Vec::new());
+        let (raw_deps, n) = node::check_deps(&locked.tree, graph.id, deps, &mut room, &mut spill)?;
         if !live.is_empty() {
             node::check_each(&locked.tree, graph.id, live)?;
         }
         let mut out = std::ptr::null_mut();
-        add(graph.raw, deps_ptr(&raw_deps), raw_deps.len(), &mut out)?;
+        add(graph.raw, raw_deps, n, &mut out)?;
         let node = node::fresh(&mut locked.tree, graph.id, out, shared, held, &mut released);
         then(&mut locked.tree, &node);
         drop(locked);
