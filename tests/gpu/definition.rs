@@ -159,6 +159,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         failed_update_from_a_definition_adopts_nothing,
     ),
     (
+        "definition::an_update_releases_a_source_never_launched_at_once",
+        GPU,
+        an_update_releases_a_source_never_launched_at_once,
+    ),
+    (
         "definition::embed_a_definition_in_a_capture",
         GPU,
         embed_a_definition_in_a_capture,
@@ -1187,6 +1192,33 @@ fn failed_update_from_a_definition_adopts_nothing(gpu: &Gpu) -> TestResult {
     );
     launch(gpu, &g)?;
     assert_eq!(a.to_vec()?, [1], "the old exec still works");
+    Ok(())
+}
+
+/// An exec updated before it was ever launched with its source lets that source go during the
+/// update itself, on the updating thread (no launch can use it), not later on the release
+/// thread.
+fn an_update_releases_a_source_never_launched_at_once(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let old = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = old.release_observer();
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*)
+    k(&def, &[], &add_one, one(), args![&old])?;
+    let mut g = def.instantiate()?;
+    drop((def, old));
+    let new = gpu.device.alloc_zeroed::<i32>(1)?;
+    let next = GraphDefinition::new(&gpu.device)?;
+    k(&next, &[], &add_one, one(), args![&new])?;
+    assert!(!watch.is_released(), "the exec holds its source's buffer");
+    g.update(&next)?;
+    assert!(
+        watch.is_released(),
+        "the update did not release the replaced source ({} owners)",
+        watch.share_count()
+    );
+    launch(gpu, &g)?;
+    assert_eq!(new.to_vec()?, [1], "the exec runs the new source");
     Ok(())
 }
 
