@@ -1195,22 +1195,28 @@ fn failed_update_from_a_definition_adopts_nothing(gpu: &Gpu) -> TestResult {
     Ok(())
 }
 
-/// An exec updated before it was ever launched with its source lets that source go during the
-/// update itself, on the updating thread (no launch can use it), not later on the release
-/// thread.
+/// A source an exec was updated from and never launched with is let go by the next update,
+/// on the updating thread (no launch can use it), not later on the release thread. (What the
+/// exec was instantiated from it holds for its whole life.)
 fn an_update_releases_a_source_never_launched_at_once(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
-    let old = gpu.device.alloc_zeroed::<i32>(1)?;
-    let watch = old.release_observer();
+    let first = gpu.device.alloc_zeroed::<i32>(1)?;
     let def = GraphDefinition::new(&gpu.device)?;
     // add_one(int*)
-    k(&def, &[], &add_one, one(), args![&old])?;
+    k(&def, &[], &add_one, one(), args![&first])?;
     let mut g = def.instantiate()?;
-    drop((def, old));
-    let new = gpu.device.alloc_zeroed::<i32>(1)?;
+    let mid = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = mid.release_observer();
+    {
+        let src = GraphDefinition::new(&gpu.device)?;
+        k(&src, &[], &add_one, one(), args![&mid])?;
+        g.update(&src)?;
+    }
+    drop(mid);
+    assert!(!watch.is_released(), "the exec holds its current source's buffer");
+    let last = gpu.device.alloc_zeroed::<i32>(1)?;
     let next = GraphDefinition::new(&gpu.device)?;
-    k(&next, &[], &add_one, one(), args![&new])?;
-    assert!(!watch.is_released(), "the exec holds its source's buffer");
+    k(&next, &[], &add_one, one(), args![&last])?;
     g.update(&next)?;
     assert!(
         watch.is_released(),
@@ -1218,7 +1224,7 @@ fn an_update_releases_a_source_never_launched_at_once(gpu: &Gpu) -> TestResult {
         watch.share_count()
     );
     launch(gpu, &g)?;
-    assert_eq!(new.to_vec()?, [1], "the exec runs the new source");
+    assert_eq!(last.to_vec()?, [1], "the exec runs the new source");
     Ok(())
 }
 
