@@ -190,46 +190,26 @@ mod tests {
     use std::sync::Arc;
     use std::time::Instant;
 
-    #[test]
-    fn threads_taking_turns_never_overlap() {
-        // A non-atomic read-modify-write under the lock: lost updates would show overlap.
+    /// `threads` threads each making `rounds` non-atomic read-modify-writes under the lock, the
+    /// `i`-th of a thread sleeping `hold` inside it when `sleep(thread, i)`: lost updates or a
+    /// second thread inside would show that the lock failed. Returns the lock.
+    fn hammer(
+        threads: u64,
+        rounds: u64,
+        sleep: fn(u64, u64) -> bool,
+        hold: Duration,
+    ) -> Arc<TreeLock<(u64, bool)>> {
         let lock = Arc::new(TreeLock::new((0u64, false)));
-        let threads: Vec<_> = (0..4)
-            .map(|_| {
-                let lock = lock.clone();
-                std::thread::spawn(move || {
-                    for _ in 0..50_000 {
-                        let mut g = lock.lock();
-                        assert!(!g.1, "two threads inside the lock");
-                        g.1 = true;
-                        let v = g.0;
-                        std::hint::black_box(&v);
-                        g.0 = v + 1;
-                        g.1 = false;
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert_eq!(lock.lock().0, 200_000);
-    }
-
-    #[test]
-    fn threads_that_sleep_on_the_lock_never_overlap() {
-        // Some holds outlast the spin, so waiters go through the sleeping path.
-        let lock = Arc::new(TreeLock::new((0u64, false)));
-        let threads: Vec<_> = (0..4)
+        let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let lock = lock.clone();
                 std::thread::spawn(move || {
-                    for i in 0..200u64 {
+                    for i in 0..rounds {
                         let mut g = lock.lock();
                         assert!(!g.1, "two threads inside the lock");
                         g.1 = true;
-                        if (i + t) % 50 == 0 {
-                            std::thread::sleep(Duration::from_millis(2));
+                        if sleep(t, i) {
+                            std::thread::sleep(hold);
                         }
                         let v = g.0;
                         std::hint::black_box(&v);
@@ -239,10 +219,22 @@ mod tests {
                 })
             })
             .collect();
-        for t in threads {
-            t.join().unwrap();
+        for h in handles {
+            h.join().unwrap();
         }
-        assert_eq!(lock.lock().0, 800);
+        assert_eq!(lock.lock().0, threads * rounds);
+        lock
+    }
+
+    #[test]
+    fn threads_taking_turns_never_overlap() {
+        hammer(4, 50_000, |_, _| false, Duration::ZERO);
+    }
+
+    #[test]
+    fn threads_that_sleep_on_the_lock_never_overlap() {
+        // Some holds outlast the spin, so waiters go through the sleeping path.
+        let lock = hammer(4, 200, |t, i| (i + t) % 50 == 0, Duration::from_millis(2));
         assert_eq!(lock.sleepers.load(Ordering::SeqCst), 0);
     }
 

@@ -1213,7 +1213,10 @@ fn an_update_releases_a_source_never_launched_at_once(gpu: &Gpu) -> TestResult {
         g.update(&src)?;
     }
     drop(mid);
-    assert!(!watch.is_released(), "the exec holds its current source's buffer");
+    assert!(
+        !watch.is_released(),
+        "the exec holds its current source's buffer"
+    );
     let last = gpu.device.alloc_zeroed::<i32>(1)?;
     let next = GraphDefinition::new(&gpu.device)?;
     k(&next, &[], &add_one, one(), args![&last])?;
