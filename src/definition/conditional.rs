@@ -23,22 +23,19 @@ impl GraphDefinition {
         let size = kind.size();
         let mut locked = self.lock()?;
         check_unused(&locked.tree, handle)?;
-        let raw_deps = node::check_all(&locked.tree, graph.id, deps)?;
+        let (mut room, mut spill) = (node::DEP_ROOM, Vec::new());
+        let (deps_ptr, n) = node::check_deps(&locked.tree, graph.id, deps, &mut room, &mut spill)?;
         let mut out = std::ptr::null_mut();
-        let deps_ptr = if raw_deps.is_empty() {
-            std::ptr::null()
-        } else {
-            raw_deps.as_ptr()
-        };
-        // SAFETY: the graph is live and its tree locked; `raw_deps` are checked nodes of it, with
-        // default edges (no edge data); `params` is a fully initialised conditional block.
+        // SAFETY: the graph is live and its tree locked; `deps_ptr` holds `n` checked nodes of
+        // it, with default edges (no edge data); `params` is a fully initialised conditional
+        // block.
         unsafe {
             driver::graph::add_node(
                 &mut out,
                 graph.raw,
                 deps_ptr,
                 std::ptr::null(),
-                raw_deps.len(),
+                n,
                 &mut params,
             )
         }?;

@@ -171,16 +171,6 @@ fn refusal(graph: u64, node: &GraphNode) -> Error {
     }
 }
 
-/// The raw nodes of a checked dependency list; eight fit inline.
-pub(crate) type RawNodes = smallvec::SmallVec<[sys::CUgraphNode; 8]>;
-
-/// Checks every dependency and returns the raw nodes.
-pub(crate) fn check_all(tree: &TreeState, graph: u64, nodes: &[&GraphNode]) -> Result<RawNodes> {
-    let mut raw = RawNodes::new();
-    check_into(tree, graph, nodes, &mut raw)?;
-    Ok(raw)
-}
-
 /// Room on the stack for the raw nodes of a short dependency list ([`check_deps`]).
 pub(crate) type DepRoom = [std::mem::MaybeUninit<sys::CUgraphNode>; 8];
 
@@ -188,9 +178,9 @@ pub(crate) type DepRoom = [std::mem::MaybeUninit<sys::CUgraphNode>; 8];
 pub(crate) const DEP_ROOM: DepRoom = [std::mem::MaybeUninit::uninit(); 8];
 
 /// Checks every dependency and writes the raw nodes into `room` (up to eight) or `spill`;
-/// returns them as the pointer and count the driver takes (null and 0 for none). The per-node
-/// path of explicit definitions: no `SmallVec` (its drop glue was a call per node), nothing
-/// moved through a `Result` but the error.
+/// returns them as the pointer and count the driver takes (null and 0 for none), valid while
+/// `room` and `spill` are. Every node-adding path checks its dependencies here; on the per-node
+/// path of explicit definitions a `SmallVec` cost a call per node (its drop glue).
 #[inline]
 pub(crate) fn check_deps(
     tree: &TreeState,
@@ -219,28 +209,6 @@ pub(crate) fn check_deps(
         spill.push(n.raw());
     }
     Ok((spill.as_ptr(), spill.len()))
-}
-
-/// [`check_all`] into `raw` (cleared first): the list is not moved through a `Result`, which
-/// costs more than the checks on the per-node path (measured with the stub driver).
-pub(crate) fn check_into(
-    tree: &TreeState,
-    graph: u64,
-    nodes: &[&GraphNode],
-    raw: &mut RawNodes,
-) -> Result<()> {
-    raw.clear();
-    if nodes.len() > raw.inline_size() {
-        raw.reserve_exact(nodes.len());
-    }
-    // A plain loop: `collect` into a `Result` costs more than the checks (measured per node).
-    for n in nodes {
-        if !is_live_in(tree, graph, n) {
-            return Err(refusal(graph, n));
-        }
-        raw.push(n.raw());
-    }
-    Ok(())
 }
 
 /// Checks every node of `nodes` and keeps nothing.

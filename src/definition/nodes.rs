@@ -485,14 +485,6 @@ fn drop_owners(released: Vec<Owner>) {
     drop(released);
 }
 
-fn deps_ptr(deps: &[sys::CUgraphNode]) -> *const sys::CUgraphNode {
-    if deps.is_empty() {
-        std::ptr::null()
-    } else {
-        deps.as_ptr()
-    }
-}
-
 impl GraphDefinition {
     /// Adds one node after `deps`: under the tree lock, checks the dependencies (and that the
     /// nodes in `live` are live nodes of this graph), moves `keep` into the graph, then runs
@@ -946,18 +938,13 @@ impl GraphDefinition {
             c.check_complete()?;
             owners.extend(c.snapshot().into_iter().map(|chunk| chunk as Owner));
         }
-        let raw_deps = node::check_all(&tree, graph.id, deps)?;
+        let (mut room, mut spill) = (node::DEP_ROOM, Vec::new());
+        let (raw_deps, n) = node::check_deps(&tree, graph.id, deps, &mut room, &mut spill)?;
         let mut out = std::ptr::null_mut();
-        // SAFETY: both graphs are live and their trees locked; `raw_deps` are checked nodes of
+        // SAFETY: both graphs are live and their trees locked; `raw_deps` holds `n` checked nodes of
         // `graph`; the driver copies `child`.
         unsafe {
-            driver::graph::add_child_graph_node(
-                &mut out,
-                graph.raw,
-                deps_ptr(&raw_deps),
-                raw_deps.len(),
-                child.raw,
-            )
+            driver::graph::add_child_graph_node(&mut out, graph.raw, raw_deps, n, child.raw)
         }?;
         let mut released = Vec::new();
         let node = node::fresh(&mut tree, graph.id, out, None, owners, &mut released);

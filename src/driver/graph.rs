@@ -610,50 +610,34 @@ impl TreeState {
 
     /// Holds `value` for as long as the tree (and, once flushed, every exec made from it) lives.
     /// The same `Arc` is held once.
-    /// (The check of the recent addresses is inlined into the per-node paths; the rest is not.)
     #[inline]
     pub(crate) fn keep<T: Any + Send + Sync>(&mut self, value: &Arc<T>) {
-        if !self
-            .recent
-            .contains(&(Arc::as_ptr(value) as *const () as usize))
-        {
-            self.keep_new(value);
-        }
-    }
-
-    #[inline(never)]
-    fn keep_new<T: Any + Send + Sync>(&mut self, value: &Arc<T>) {
-        if self.first_time(Arc::as_ptr(value) as *const () as usize) {
-            self.pending.push(value.clone());
-        }
+        self.keep_at(Arc::as_ptr(value) as *const () as usize, || value.clone());
     }
 
     /// Holds a value shared as `Arc<dyn Any>` (a kernel argument's owner).
     #[inline]
     pub(crate) fn keep_dyn(&mut self, value: &Arc<dyn Any + Send + Sync>) {
-        if !self
-            .recent
-            .contains(&(Arc::as_ptr(value) as *const () as usize))
-        {
-            self.keep_new_dyn(value);
+        self.keep_at(Arc::as_ptr(value) as *const () as usize, || value.clone());
+    }
+
+    /// Holds the value at `addr`, made by `make` the first time. The check of the recent
+    /// addresses is inlined into the per-node paths; the rest is not.
+    #[inline]
+    fn keep_at(&mut self, addr: usize, make: impl FnOnce() -> Owner) {
+        if !self.recent.contains(&addr) {
+            self.keep_new(addr, make);
         }
     }
 
+    /// [`keep_at`](Self::keep_at) for an address not among the recent ones.
     #[inline(never)]
-    fn keep_new_dyn(&mut self, value: &Arc<dyn Any + Send + Sync>) {
-        if self.first_time(Arc::as_ptr(value) as *const () as usize) {
-            self.pending.push(value.clone());
-        }
-    }
-
-    /// Whether `addr` is not held yet (and records it).
-    fn first_time(&mut self, addr: usize) -> bool {
-        if self.recent.contains(&addr) {
-            return false;
-        }
+    fn keep_new(&mut self, addr: usize, make: impl FnOnce() -> Owner) {
         self.recent[self.recent_next] = addr;
         self.recent_next = (self.recent_next + 1) % self.recent.len();
-        self.kept.insert(addr)
+        if self.kept.insert(addr) {
+            self.pending.push(make());
+        }
     }
 
     /// Refuses a tree that a capture still records into or that the driver broke, for

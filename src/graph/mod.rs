@@ -280,10 +280,6 @@ impl ExecState {
         held: Box<dyn std::any::Any + Send>,
         caller: Caller,
     ) {
-        // The stream query and the release made here run in `Relaxed` capture interaction mode,
-        // as on the release thread: a destructor among the released values (a cudarc slice
-        // freeing its memory) must not invalidate a `Global` capture of another thread.
-        let _relaxed = (caller == Caller::Free).then(crate::driver::release::RelaxedMode::enter);
         if crate::driver::release::in_host_callback() {
             // Dropped inside a host callback (a driver thread): no CUDA call here, and not even
             // the stream's slot (a thread holding it may be waiting for this very callback).
@@ -296,11 +292,14 @@ impl ExecState {
         }
         let Some(stream) = self.last_stream.clone() else {
             match caller {
-                Caller::Free if crate::driver::release::thread_may_destroy() => drop_here(held),
-                _ => crate::driver::release::later(Box::new(move || drop(held))),
+                Caller::Free => release_unused(held),
+                Caller::Locked => crate::driver::release::later(Box::new(move || drop(held))),
             }
             return;
         };
+        // The stream query and the release made here run in `Relaxed` capture interaction mode,
+        // as on the release thread (see `release_unused`).
+        let _relaxed = (caller == Caller::Free).then(crate::driver::release::RelaxedMode::enter);
         let mut held = Some(held);
         let mut job: Option<crate::driver::release::Job> = None;
         let mut finished = false;
@@ -342,6 +341,19 @@ impl ExecState {
 enum Caller {
     Free,
     Locked,
+}
+
+/// Releases what no launch can use, for a caller that holds none of this crate's locks: on this
+/// thread when it may destroy now, else on the release thread. It runs in `Relaxed` capture
+/// interaction mode, as on the release thread: a destructor among the released values (a cudarc
+/// slice freeing its memory) must not invalidate a `Global` capture of another thread.
+fn release_unused(held: Box<dyn std::any::Any + Send>) {
+    let _relaxed = crate::driver::release::RelaxedMode::enter();
+    if crate::driver::release::thread_may_destroy() {
+        drop_here(held);
+    } else {
+        crate::driver::release::later(Box::new(move || drop(held)));
+    }
 }
 
 /// Runs a release on this thread; a panicking `Drop` in it is contained, as on the release
@@ -797,12 +809,7 @@ impl Graph {
             // held, as an idle exec's operands are when it is dropped; handing it to the
             // release thread cost every update a wake-up of that thread (about 2.5 µs of the
             // library's extra time per update on the H200).
-            let _relaxed = crate::driver::release::RelaxedMode::enter();
-            if crate::driver::release::thread_may_destroy() {
-                drop_here(Box::new(previous));
-            } else {
-                crate::driver::release::later(Box::new(move || drop(previous)));
-            }
+            release_unused(Box::new(previous));
         }
         Ok(())
     }

@@ -474,7 +474,8 @@ impl Stream {
     /// lock, so it is serialised with this. The builder's launch is the per-node path of a
     /// capture: going through [`enqueue`](Self::enqueue)'s closure and a [`Recording`] cost 214
     /// instructions per launch with the stub driver, this 187 (one buffer argument: 261, 234;
-    /// a typed launch: 366, 300). Other launches take the stream's capture slot.
+    /// a typed launch: 366, 300; see DESIGN, "Counting the crate's own instructions", for the
+    /// counts after the later changes). Other launches take the stream's capture slot.
     ///
     /// # Safety
     /// `params` points at one pointer per kernel parameter, each at argument bytes that live
