@@ -44,7 +44,7 @@ impl GraphDefinition {
             &mut locked.tree,
             graph.id,
             out,
-            None,
+            &[],
             Default::default(),
             &mut released,
         );

@@ -129,7 +129,7 @@ pub(crate) fn fresh(
     tree: &mut TreeState,
     graph: u64,
     raw: sys::CUgraphNode,
-    shared: Option<SharedRef<'_>>,
+    shared: &[SharedRef<'_>],
     owners: Owners,
     released: &mut Vec<Owner>,
 ) -> GraphNode {
@@ -311,7 +311,7 @@ mod tests {
     }
 
     fn fresh1(tree: &mut TreeState, graph: u64, raw: sys::CUgraphNode) -> GraphNode {
-        fresh(tree, graph, raw, None, Owners::new(), &mut Vec::new())
+        fresh(tree, graph, raw, &[], Owners::new(), &mut Vec::new())
     }
 
     #[test]
@@ -395,7 +395,7 @@ mod tests {
             &mut tree,
             1,
             raw(0x100),
-            None,
+            &[],
             [buf].into_iter().collect(),
             &mut released,
         );
@@ -407,7 +407,7 @@ mod tests {
             &mut tree,
             5,
             raw(0x300),
-            None,
+            &[],
             [body_buf].into_iter().collect(),
             &mut released,
         );
@@ -445,7 +445,7 @@ mod tests {
                     &mut tree,
                     1,
                     raw(at),
-                    Some(shared),
+                    &[shared],
                     Owners::new(),
                     &mut Vec::new(),
                 )
@@ -496,7 +496,7 @@ mod tests {
             &mut tree,
             1,
             raw(0x100),
-            None,
+            &[],
             [old].into_iter().collect(),
             &mut Vec::new(),
         );
@@ -606,6 +606,63 @@ mod tests {
             check(&tree, 5, &deeper),
             Err(Error::DestroyedNode)
         ));
+    }
+
+    #[test]
+    fn a_freed_graphs_place_and_a_freed_owner_entry_serve_new_nodes_only() {
+        use std::sync::Arc;
+        // Body 2 dies with its IF node; body 3, made next, takes its place in the table, and an
+        // owner entry freed with body 2's node is reused by body 3's. Tokens of body 2 stay
+        // dead, those of body 3 check out in body 3 only, and each owner is released once.
+        let mut tree = TreeState::default();
+        let cond = fresh1(&mut tree, 1, raw(0x100));
+        tree.conditionals
+            .insert((1, 0x100), CondRecord::with_bodies(&[2]));
+        let first: Owner = Arc::new(1u8);
+        let watch_first = Arc::downgrade(&first);
+        let in_body = fresh(
+            &mut tree,
+            2,
+            raw(0x200),
+            &[],
+            [first].into_iter().collect(),
+            &mut Vec::new(),
+        );
+        let released = forget(&mut tree, 1, &cond);
+        assert_eq!(released.len(), 1, "body 2's node's owner comes back");
+        drop(released);
+        assert!(watch_first.upgrade().is_none());
+        let second: Owner = Arc::new(2u8);
+        let watch_second = Arc::downgrade(&second);
+        // The same address as the dead node, in the new body.
+        let reborn = fresh(
+            &mut tree,
+            3,
+            raw(0x200),
+            &[],
+            [second].into_iter().collect(),
+            &mut Vec::new(),
+        );
+        assert!(matches!(
+            check(&tree, 2, &in_body),
+            Err(Error::DestroyedNode)
+        ));
+        assert!(check(&tree, 3, &reborn).is_ok());
+        let as_body_2 = GraphNode { graph: 2, ..reborn };
+        assert!(check(&tree, 2, &as_body_2).is_err());
+        assert!(tree.nodes.knows_graph(3) && !tree.nodes.knows_graph(2));
+        let owners: Vec<Owner> = tree
+            .nodes
+            .owners_of(3, reborn.raw, reborn.serial)
+            .expect("a live node")
+            .cloned()
+            .collect();
+        assert_eq!(owners.len(), 1);
+        assert!(Arc::ptr_eq(&owners[0], &watch_second.upgrade().unwrap()));
+        drop(owners);
+        let _ = forget(&mut tree, 3, &reborn);
+        assert!(watch_second.upgrade().is_none());
+        assert!(tree.nodes.owners_of(3, reborn.raw, reborn.serial).is_none());
     }
 
     #[test]

@@ -501,7 +501,7 @@ impl GraphDefinition {
             &mut sys::CUgraphNode,
         ) -> Result<()>,
     ) -> Result<GraphNode> {
-        self.add_node_then(deps, live, None, owners, add, |_, _| {})
+        self.add_node_then(deps, live, &[], owners, add, |_, _| {})
     }
 
     /// [`add_node_with`](Self::add_node_with), then `then` on the tree and the new node, under
@@ -512,7 +512,7 @@ impl GraphDefinition {
         &self,
         deps: &[&GraphNode],
         live: &[&GraphNode],
-        shared: Option<SharedRef<'_>>,
+        shared: &[SharedRef<'_>],
         owners: impl FnOnce(&mut Owners),
         add: impl FnOnce(
             sys::CUgraph,
@@ -579,6 +579,18 @@ impl GraphDefinition {
             refs.check_device("graph")?;
             refs.check_target(Some(self.handle()))?;
             let params = config.kernel_node_params(function, refs.params(), self.handle().ctx.raw);
+            if let [one] = refs.owners.as_slice() {
+                let one = *one;
+                let make = move || one.owner();
+                let extra = SharedRef {
+                    addr: one.addr(),
+                    make: &make,
+                };
+                // SAFETY: as below.
+                return unsafe {
+                    self.add_kernel_params(deps, function, &params, Some(extra), |_| {})
+                };
+            }
             let keep = |owners: &mut Owners| {
                 owners.reserve_exact(refs.owners.len());
                 for o in &refs.owners {
@@ -587,7 +599,7 @@ impl GraphDefinition {
             };
             // SAFETY: `params` points at argument bytes that outlive the call; `Kernel`'s maker
             // promised its signature and bounds, and the arguments match it (`ArgsFor`).
-            unsafe { self.add_kernel_params(deps, function, &params, keep) }
+            unsafe { self.add_kernel_params(deps, function, &params, None, keep) }
         })
     }
 
@@ -622,6 +634,12 @@ impl GraphDefinition {
             args.fill_pointers(&mut ptrs, &mut spill),
             self.handle().ctx.raw,
         );
+        if let [one] = args.keep.as_slice() {
+            let make = || one.clone();
+            let extra = SharedRef::new(one, &make);
+            // SAFETY: as below.
+            return unsafe { self.add_kernel_params(deps, function, &params, Some(extra), |_| {}) };
+        }
         let keep = |owners: &mut Owners| {
             owners.reserve_exact(args.keep.len());
             for k in &args.keep {
@@ -630,12 +648,12 @@ impl GraphDefinition {
         };
         // SAFETY: `params` points at argument storage that outlives the call; the caller
         // promises the arguments match the kernel.
-        unsafe { self.add_kernel_params(deps, function, &params, keep) }
+        unsafe { self.add_kernel_params(deps, function, &params, None, keep) }
     }
 
     /// The kernel node both launch forms add: `params` for `function`, the function's module
-    /// held through the tree's shared entries (see [`SharedRef`]) and `keep`'s owners by the
-    /// node.
+    /// and `extra` (a node's one argument owner) held through the tree's shared entries (see
+    /// [`SharedRef`]), and `keep`'s owners by the node.
     ///
     /// # Safety
     /// `params` is `function`'s launch with argument pointers valid during the call, and the
@@ -645,14 +663,23 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         function: &Function,
         params: &sys::CUDA_KERNEL_NODE_PARAMS,
+        extra: Option<SharedRef<'_>>,
         keep: impl FnOnce(&mut Owners),
     ) -> Result<KernelNode> {
         let module = || function.module.clone() as Owner;
-        let shared = SharedRef::new(&function.module, &module);
+        let module = SharedRef::new(&function.module, &module);
+        let both;
+        let shared: &[SharedRef<'_>] = match extra {
+            Some(extra) => {
+                both = [module, extra];
+                &both
+            }
+            None => std::slice::from_ref(&module),
+        };
         self.add_node_then(
             deps,
             &[],
-            Some(shared),
+            shared,
             keep,
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` is
@@ -947,7 +974,7 @@ impl GraphDefinition {
             driver::graph::add_child_graph_node(&mut out, graph.raw, raw_deps, n, child.raw)
         }?;
         let mut released = Vec::new();
-        let node = node::fresh(&mut tree, graph.id, out, None, owners, &mut released);
+        let node = node::fresh(&mut tree, graph.id, out, &[], owners, &mut released);
         drop((tree, child_tree));
         drop(released);
         Ok(TypedNode::new(node))
@@ -1070,7 +1097,7 @@ impl GraphDefinition {
         let node = self.add_node_then(
             deps,
             &[],
-            None,
+            &[],
             |_| {},
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
@@ -1116,7 +1143,7 @@ impl GraphDefinition {
         let free = self.add_node_then(
             deps,
             &[alloc_node.as_ref()],
-            None,
+            &[],
             |_| {},
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by

@@ -126,14 +126,31 @@ pub(crate) type Owners = smallvec::SmallVec<[Owner; 1]>;
 #[derive(Debug, Default)]
 pub(crate) struct NodeTable {
     slots: Vec<NodeSlot>,
+    /// The graphs (ids) that slots name by position plus one ([`NodeSlot::graph`]): a tree has
+    /// a root and any number of bodies, so a slot keeps four bytes instead of the eight-byte id.
+    graphs: Vec<u64>,
+    /// Graph id → its position in `graphs`.
+    graph_index: IdMap<u64, u32>,
+    /// Positions of `graphs` freed with their graph (bodies the driver freed), for reuse.
+    graphs_free: Vec<u32>,
+    /// The graph added to last, and its position (a definition adds to one graph at a time).
+    last_graph: Option<(u64, u32)>,
+    /// What nodes hold besides shared entries, out of line: a node using at most two values
+    /// holds them through shared entries (a kernel's module and one buffer), so a slot only
+    /// names an entry here ([`NodeSlot::owners`]) for more and stays 32 bytes.
+    owners: Vec<Owners>,
+    /// Entries of `owners` free for reuse.
+    owners_free: Vec<u32>,
     /// Values many nodes use (a kernel's module), each held once with a count of the live
     /// nodes using it (see [`SharedRef`]); freed entries are reused.
     shared: Vec<SharedOwner>,
     shared_free: Vec<u32>,
     /// Address → entry of `shared`, for the entries that hold a value.
     shared_index: IdMap<usize, u32>,
-    /// The entry used last (the usual case: a chain of nodes launching kernels of one module).
-    last_shared: Option<(usize, u32)>,
+    /// The two entries used last, newest first (the usual case: a chain of nodes launching
+    /// kernels of one module, on one buffer).
+    /// (address 0: none; no value lives there).
+    last_shared: [(usize, u32); 2],
     /// Slots of forgotten nodes, for reuse (the table stays as large as the live node count).
     free: Vec<u32>,
     /// `(graph id, raw node)` → slot, once something looked a node up by address.
@@ -156,10 +173,7 @@ pub(crate) struct SharedRef<'a> {
 
 impl<'a> SharedRef<'a> {
     /// The shared reference to `value`, made into an `Owner` by `make` when needed.
-    pub(crate) fn new<T: Any + Send + Sync>(
-        value: &'a Arc<T>,
-        make: &'a dyn Fn() -> Owner,
-    ) -> Self {
+    pub(crate) fn new<T: ?Sized>(value: &'a Arc<T>, make: &'a dyn Fn() -> Owner) -> Self {
         SharedRef {
             addr: Arc::as_ptr(value) as *const () as usize,
             make,
@@ -177,34 +191,60 @@ struct SharedOwner {
     uses: u64,
 }
 
-// One cache line per node.
-static_assertions::const_assert!(std::mem::size_of::<NodeSlot>() <= 64);
+// Half a cache line per node: what the crate keeps per explicit node besides what the node
+// uses (issue "Capture at the driver's speed": at most 32 bytes).
+static_assertions::const_assert!(std::mem::size_of::<NodeSlot>() <= 32);
 
 #[derive(Debug)]
 struct NodeSlot {
-    graph: u64,
     raw: usize,
-    generation: u32,
-    /// The entry of [`NodeTable::shared`] the node uses, plus one (0: none).
-    shared: u32,
-    live: bool,
-    owners: Owners,
     /// The tree's [`TreeState::epoch`] when the node was made (an upper bound for nodes seen
     /// first in a listing): an exec instantiated at a later epoch knows the node.
     born: u64,
+    generation: u32,
+    /// The node's graph: its position in [`NodeTable::graphs`] plus one; 0 while the slot is
+    /// free (the node was forgotten).
+    graph: u32,
+    /// The entry of [`NodeTable::shared`] the node uses, plus one (0: none).
+    shared: u32,
+    /// What else the node uses: 0 for nothing, a second entry of [`NodeTable::shared`] plus
+    /// one, or with [`OUT_OF_LINE`] set an entry of [`NodeTable::owners`] plus one.
+    owners: u32,
+}
+
+/// Drops an empty `owners` without a call where there is nothing to free (an inline `SmallVec`'s
+/// drop glue is a call on the per-node path).
+#[inline]
+fn drop_empty(owners: Owners) {
+    debug_assert!(owners.is_empty());
+    if owners.spilled() {
+        drop(owners);
+    } else {
+        std::mem::forget(owners);
+    }
+}
+
+/// Marks [`NodeSlot::owners`] as naming an entry of [`NodeTable::owners`].
+const OUT_OF_LINE: u32 = 1 << 31;
+
+impl NodeSlot {
+    fn live(&self) -> bool {
+        self.graph != 0
+    }
 }
 
 impl NodeTable {
     /// Registers a node the driver just made in graph `graph` (at or before the tree's epoch
-    /// `born`), holding `owners`; returns its serial. A node that the index still lists at the
-    /// same address (destroyed, its address reused) is forgotten; its owners are returned in
-    /// `released`.
+    /// `born`), using the values `shared` names (held once for all the nodes using each, see
+    /// [`SharedRef`]) and holding `owners`; returns its serial. A node that the index still
+    /// lists at the same address (destroyed, its address reused) is forgotten; its owners are
+    /// returned in `released`.
     pub(crate) fn insert(
         &mut self,
         graph: u64,
         raw: usize,
-        shared: Option<SharedRef<'_>>,
-        owners: Owners,
+        shared: &[SharedRef<'_>],
+        mut owners: Owners,
         released: &mut Vec<Owner>,
         born: u64,
     ) -> u64 {
@@ -215,36 +255,62 @@ impl NodeTable {
         {
             released.extend(self.release(old));
         }
-        if !owners.is_empty() {
+        let local = match self.last_graph {
+            Some((id, local)) if id == graph => local,
+            _ => self.local_graph(graph),
+        };
+        // A slot names two shared entries; a node using more values, or owners of its own,
+        // holds all but the first through an entry of `owners`.
+        let (first, second) = match shared {
+            [] => (None, None),
+            [a] => (Some(a), None),
+            [a, b] if owners.is_empty() => (Some(a), Some(b)),
+            [a, rest @ ..] => {
+                owners.extend(rest.iter().map(|r| (r.make)()));
+                (Some(a), None)
+            }
+        };
+        let owners = if let Some(r) = second {
+            drop_empty(owners);
+            self.share(r)
+        } else if owners.is_empty() {
+            drop_empty(owners);
+            0
+        } else {
             self.owners_chunk = None;
-        }
-        let shared = shared.map_or(0, |r| self.share(r));
+            self.hold(owners) | OUT_OF_LINE
+        };
+        let shared = first.map_or(0, |r| self.share(r));
         let slot = match self.free.pop() {
             Some(i) => {
                 let s = &mut self.slots[i as usize];
-                s.graph = graph;
+                s.graph = local;
                 s.raw = raw;
                 s.generation = s.generation.wrapping_add(1);
                 s.shared = shared;
-                s.live = true;
                 s.owners = owners;
                 s.born = born;
                 i
             }
             None => {
+                if self.slots.capacity() == 0 {
+                    // A definition's first node: room for a few dozen (1 KiB) instead of
+                    // growing through 4, 8, 16 and 32, a copy each.
+                    self.slots.reserve_exact(32);
+                } else {
+                    self.slots.reserve(1);
+                }
                 // Written in place: `push` built the slot on the stack and copied it with wide
                 // loads over narrower stores, a store-forwarding stall that was the largest
                 // single cost of an explicit node after the tree lock (`perf`, stub driver).
-                self.slots.reserve(1);
                 let len = self.slots.len();
                 self.slots.spare_capacity_mut()[0].write(NodeSlot {
-                    graph,
                     raw,
-                    generation: 0,
-                    shared,
-                    live: true,
-                    owners,
                     born,
+                    generation: 0,
+                    graph: local,
+                    shared,
+                    owners,
                 });
                 // SAFETY: the element at `len` (within capacity, reserved above) was just
                 // initialised.
@@ -258,14 +324,94 @@ impl NodeTable {
         Self::serial(slot, self.slots[slot as usize].generation)
     }
 
+    /// The position of graph `graph` in [`graphs`](Self::graphs) plus one, given one if it has
+    /// none yet.
+    #[cold]
+    fn local_graph(&mut self, graph: u64) -> u32 {
+        let local = match self.graph_index.get(&graph) {
+            Some(&i) => i + 1,
+            None => {
+                let i = match self.graphs_free.pop() {
+                    Some(i) => {
+                        self.graphs[i as usize] = graph;
+                        i
+                    }
+                    None => {
+                        self.graphs.push(graph);
+                        (self.graphs.len() - 1) as u32
+                    }
+                };
+                self.graph_index.insert(graph, i);
+                i + 1
+            }
+        };
+        self.last_graph = Some((graph, local));
+        local
+    }
+
+    /// The id of the graph a slot names (`local`, a position plus one).
+    fn graph_id(&self, local: u32) -> Option<u64> {
+        let i = local.checked_sub(1)?;
+        self.graphs.get(i as usize).copied()
+    }
+
+    /// Holds `owners` in an entry of [`owners`](Self::owners); returns the entry plus one.
+    fn hold(&mut self, owners: Owners) -> u32 {
+        match self.owners_free.pop() {
+            Some(i) => {
+                self.owners[i as usize] = owners;
+                i + 1
+            }
+            None => {
+                self.owners.push(owners);
+                self.owners.len() as u32
+            }
+        }
+    }
+
+    /// Takes what a slot's [`owners`](NodeSlot::owners) field `id` names: the node's use of a
+    /// shared entry, or an entry of [`owners`](Self::owners) (freed).
+    fn unhold(&mut self, id: u32) -> Owners {
+        if id & OUT_OF_LINE == 0 {
+            return self.unshare(id).into_iter().collect();
+        }
+        let Some(i) = (id & !OUT_OF_LINE).checked_sub(1) else {
+            return Owners::new();
+        };
+        match self.owners.get_mut(i as usize) {
+            Some(entry) => {
+                self.owners_free.push(i);
+                std::mem::take(entry)
+            }
+            None => Owners::new(),
+        }
+    }
+
     /// Counts one more use of the value `r` names, holding it first if no node does yet;
     /// returns its entry plus one.
-    fn share(&mut self, r: SharedRef<'_>) -> u32 {
-        let found = match self.last_shared {
-            Some((addr, i)) if addr == r.addr => Some(i),
-            _ => self.shared_index.get(&r.addr).copied(),
+    #[inline]
+    fn share(&mut self, r: &SharedRef<'_>) -> u32 {
+        let [a, b] = self.last_shared;
+        let i = if a.0 == r.addr {
+            a.1
+        } else if b.0 == r.addr {
+            b.1
+        } else {
+            return self.share_slow(r);
         };
-        let i = match found {
+        match self.shared.get_mut(i as usize) {
+            Some(e) => {
+                e.uses += 1;
+                i + 1
+            }
+            None => self.share_slow(r),
+        }
+    }
+
+    /// [`share`](Self::share) for a value not used last.
+    #[cold]
+    fn share_slow(&mut self, r: &SharedRef<'_>) -> u32 {
+        let i = match self.shared_index.get(&r.addr).copied() {
             Some(i) => {
                 self.shared[i as usize].uses += 1;
                 i
@@ -292,7 +438,7 @@ impl NodeTable {
                 i
             }
         };
-        self.last_shared = Some((r.addr, i));
+        self.last_shared = [(r.addr, i), self.last_shared[0]];
         i + 1
     }
 
@@ -310,8 +456,10 @@ impl NodeTable {
         let addr = entry.addr;
         self.shared_index.remove(&addr);
         self.shared_free.push(i);
-        if self.last_shared.is_some_and(|(_, last)| last == i) {
-            self.last_shared = None;
+        for last in &mut self.last_shared {
+            if last.1 == i {
+                *last = (0, 0);
+            }
         }
         self.owners_chunk = None;
         owner
@@ -326,11 +474,15 @@ impl NodeTable {
         (u64::from(generation) << 32) | u64::from(slot)
     }
 
+    #[inline]
     fn slot_of(&self, graph: u64, raw: usize, serial: u64) -> Option<u32> {
         let slot = (serial & 0xffff_ffff) as u32;
         let s = self.slots.get(slot as usize)?;
-        (s.live && s.graph == graph && s.raw == raw && Self::serial(slot, s.generation) == serial)
-            .then_some(slot)
+        (s.live()
+            && s.raw == raw
+            && Self::serial(slot, s.generation) == serial
+            && self.graph_id(s.graph) == Some(graph))
+        .then_some(slot)
     }
 
     /// What the live node `(graph, raw, serial)` holds.
@@ -347,17 +499,29 @@ impl NodeTable {
                 .checked_sub(1)
                 .and_then(|i| self.shared.get(i as usize))
                 .and_then(|e| e.owner.as_ref());
-            shared.into_iter().chain(s.owners.iter())
+            let (second, own) = if s.owners & OUT_OF_LINE == 0 {
+                let second = s
+                    .owners
+                    .checked_sub(1)
+                    .and_then(|i| self.shared.get(i as usize))
+                    .and_then(|e| e.owner.as_ref());
+                (second, None)
+            } else {
+                let own = (s.owners & !OUT_OF_LINE)
+                    .checked_sub(1)
+                    .and_then(|i| self.owners.get(i as usize));
+                (None, own)
+            };
+            shared
+                .into_iter()
+                .chain(second)
+                .chain(own.into_iter().flatten())
         })
     }
 
-    /// What every live node holds.
+    /// What every live node holds (freed entries of [`owners`](Self::owners) are empty).
     fn all_owners(&self) -> impl Iterator<Item = &Owner> {
-        self.slots
-            .iter()
-            .filter(|s| s.live)
-            .flat_map(|s| s.owners.iter())
-            .chain(self.shared_owners())
+        self.owners.iter().flatten().chain(self.shared_owners())
     }
 
     /// Whether the token `(graph, raw, serial)` names a live node.
@@ -376,7 +540,10 @@ impl NodeTable {
     /// Whether a live node of `graph` is registered (a graph of this tree the crate saw nodes
     /// of).
     pub(crate) fn knows_graph(&self, graph: u64) -> bool {
-        self.slots.iter().any(|s| s.live && s.graph == graph)
+        match self.graph_index.get(&graph) {
+            Some(&i) => self.slots.iter().any(|s| s.graph == i + 1),
+            None => false,
+        }
     }
 
     /// Puts `owners` in the place of what the live node `(graph, raw, serial)` holds and returns
@@ -392,9 +559,16 @@ impl NodeTable {
         let slot = self.slot_of(graph, raw, serial)?;
         self.owners_chunk = None;
         let s = &mut self.slots[slot as usize];
-        let mut old = std::mem::replace(&mut s.owners, owners);
         // What the node used through the shared table goes with the rest of the old owners.
         let shared = std::mem::take(&mut s.shared);
+        let held = std::mem::take(&mut s.owners);
+        let mut old = self.unhold(held);
+        let new = if owners.is_empty() {
+            0
+        } else {
+            self.hold(owners) | OUT_OF_LINE
+        };
+        self.slots[slot as usize].owners = new;
         old.extend(self.unshare(shared));
         Some(old)
     }
@@ -402,17 +576,18 @@ impl NodeTable {
     /// The serial of the live node at `raw` in `graph`, registering it (with no owners, made at
     /// or before epoch `born`) if it is new.
     pub(crate) fn lookup_or_insert(&mut self, graph: u64, raw: usize, born: u64) -> u64 {
-        let index = self.index.get_or_insert_with(|| {
-            self.slots
+        if self.index.is_none() {
+            let index = self
+                .slots
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.live)
-                .map(|(i, s)| ((s.graph, s.raw), i as u32))
-                .collect()
-        });
-        match index.get(&(graph, raw)) {
+                .filter_map(|(i, s)| Some(((self.graph_id(s.graph)?, s.raw), i as u32)))
+                .collect();
+            self.index = Some(index);
+        }
+        match self.index.as_ref().and_then(|i| i.get(&(graph, raw))) {
             Some(&slot) => Self::serial(slot, self.slots[slot as usize].generation),
-            None => self.insert(graph, raw, None, Owners::new(), &mut Vec::new(), born),
+            None => self.insert(graph, raw, &[], Owners::new(), &mut Vec::new(), born),
         }
     }
 
@@ -426,33 +601,56 @@ impl NodeTable {
     }
 
     /// Forgets every node of the graphs `dead` (conditional bodies the driver freed with their
-    /// node), returning what they held.
+    /// node), returning what they held. The graphs' places in [`graphs`](Self::graphs) are
+    /// freed for reuse.
     pub(crate) fn remove_graphs(&mut self, dead: &[u64]) -> Vec<Owner> {
+        let locals: Vec<u32> = dead
+            .iter()
+            .filter_map(|id| self.graph_index.get(id).map(|&i| i + 1))
+            .collect();
+        if locals.is_empty() {
+            return Vec::new();
+        }
         let doomed: Vec<u32> = self
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.live && dead.contains(&s.graph))
+            .filter(|(_, s)| s.live() && locals.contains(&s.graph))
             .map(|(i, _)| i as u32)
             .collect();
-        doomed.into_iter().flat_map(|i| self.release(i)).collect()
+        let released = doomed.into_iter().flat_map(|i| self.release(i)).collect();
+        for local in locals {
+            let i = local - 1;
+            let id = std::mem::take(&mut self.graphs[i as usize]);
+            self.graph_index.remove(&id);
+            self.graphs_free.push(i);
+            if self.last_graph.is_some_and(|(_, l)| l == local) {
+                self.last_graph = None;
+            }
+        }
+        released
     }
 
     fn release(&mut self, slot: u32) -> Owners {
         let s = &mut self.slots[slot as usize];
-        if !s.live {
+        if !s.live() {
             return Owners::new();
         }
-        s.live = false;
-        let mut owners = std::mem::take(&mut s.owners);
+        let local = std::mem::take(&mut s.graph);
+        let raw = s.raw;
+        let held = std::mem::take(&mut s.owners);
         let shared = std::mem::take(&mut s.shared);
-        if let Some(index) = self.index.as_mut() {
-            if index.get(&(s.graph, s.raw)) == Some(&slot) {
-                index.remove(&(s.graph, s.raw));
+        if let Some(graph) = self.graph_id(local) {
+            if let Some(index) = self.index.as_mut() {
+                if index.get(&(graph, raw)) == Some(&slot) {
+                    index.remove(&(graph, raw));
+                }
             }
         }
         self.free.push(slot);
-        if !owners.is_empty() {
+        let out_of_line = held & OUT_OF_LINE != 0;
+        let mut owners = self.unhold(held);
+        if out_of_line && !owners.is_empty() {
             self.owners_chunk = None;
         }
         owners.extend(self.unshare(shared));

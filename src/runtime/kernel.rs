@@ -358,6 +358,15 @@ impl<'a> OwnerRef<'a> {
         }
     }
 
+    /// The owner's address (where its `Arc` points), which names it in a graph's shared
+    /// entries ([`SharedRef`](crate::driver::graph::SharedRef)).
+    pub(crate) fn addr(&self) -> usize {
+        match *self {
+            OwnerRef::Alloc(alloc) => Arc::as_ptr(alloc) as *const () as usize,
+            OwnerRef::Other(owner) => Arc::as_ptr(owner) as *const () as usize,
+        }
+    }
+
     /// A strong reference to the owner.
     pub(crate) fn owner(&self) -> Owner {
         match *self {
