@@ -24,7 +24,11 @@ pub(crate) fn next_id() -> u64 {
 
 /// A `CUgraph`: owned (destroyed on drop) or a body owned by a node of another graph, which this
 /// handle then keeps alive.
+///
+/// Laid out in declaration order (`repr(C)`): the fields a node reads, then the tree's lock and
+/// the hot fields of its state, fill the first cache lines (see `TreeState`).
 #[derive(Debug)]
+#[repr(C)]
 pub struct GraphHandle {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) raw: sys::CUgraph,
@@ -35,12 +39,12 @@ pub struct GraphHandle {
     owner: Option<Arc<GraphHandle>>,
     /// Whether this is the graph a child-graph node of `owner` runs (not a conditional body).
     embedded: bool,
+    /// Set when the driver destroyed the graph itself (an invalidated capture into it).
+    disowned: AtomicBool,
     /// CUDA graph objects are not internally synchronised: every driver call that reads or
     /// mutates a graph runs under its tree's lock ([`GraphHandle::lock`]). Only the root's is
     /// used; a conditional body takes its root's, since instantiating the root reads the bodies.
     tree: TreeLock<TreeState>,
-    /// Set when the driver destroyed the graph itself (an invalidated capture into it).
-    disowned: AtomicBool,
 }
 
 /// A fast hasher for the crate's internal integer keys (ids, node and object addresses): one
@@ -124,8 +128,26 @@ pub(crate) type Owners = smallvec::SmallVec<[Owner; 1]>;
 /// copies made before hold their own references, see [`TreeState::snapshot`]), and is released
 /// when the node is destroyed.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct NodeTable {
+    // Laid out in declaration order (`repr(C)`): the fields an explicit node reads and writes
+    // come first and fill two cache lines (`slots`, `free`, `last_graph`; `last_shared`,
+    // `shared`, `index`). On the H200's host, with the driver's own work evicting what the
+    // crate touched between nodes, each further line cost a few nanoseconds per node.
     slots: Vec<NodeSlot>,
+    /// Slots of forgotten nodes, for reuse (the table stays as large as the live node count).
+    free: Vec<u32>,
+    /// The graph added to last, and its position (a definition adds to one graph at a time).
+    last_graph: Option<(u64, u32)>,
+    /// The two entries used last, newest first (the usual case: a chain of nodes launching
+    /// kernels of one module, on one buffer). Address 0: none (no value lives there).
+    last_shared: [(usize, u32); 2],
+    /// Values many nodes use (a kernel's module, a buffer), each held once with a count of the
+    /// live nodes using it (see [`SharedRef`]); freed entries are reused.
+    shared: Vec<SharedOwner>,
+    /// `(graph id, raw node)` → slot, once something looked a node up by address (boxed: one
+    /// word, read per node, in the second line).
+    index: Option<Box<IdMap<(u64, usize), u32>>>,
     /// The graphs (ids) that slots name by position plus one ([`NodeSlot::graph`]): a tree has
     /// a root and any number of bodies, so a slot keeps four bytes instead of the eight-byte id.
     graphs: Vec<u64>,
@@ -133,28 +155,15 @@ pub(crate) struct NodeTable {
     graph_index: IdMap<u64, u32>,
     /// Positions of `graphs` freed with their graph (bodies the driver freed), for reuse.
     graphs_free: Vec<u32>,
-    /// The graph added to last, and its position (a definition adds to one graph at a time).
-    last_graph: Option<(u64, u32)>,
     /// What nodes hold besides shared entries, out of line: a node using at most two values
     /// holds them through shared entries (a kernel's module and one buffer), so a slot only
     /// names an entry here ([`NodeSlot::owners`]) for more and stays 32 bytes.
     owners: Vec<Owners>,
     /// Entries of `owners` free for reuse.
     owners_free: Vec<u32>,
-    /// Values many nodes use (a kernel's module), each held once with a count of the live
-    /// nodes using it (see [`SharedRef`]); freed entries are reused.
-    shared: Vec<SharedOwner>,
     shared_free: Vec<u32>,
     /// Address → entry of `shared`, for the entries that hold a value.
     shared_index: IdMap<usize, u32>,
-    /// The two entries used last, newest first (the usual case: a chain of nodes launching
-    /// kernels of one module, on one buffer).
-    /// (address 0: none; no value lives there).
-    last_shared: [(usize, u32); 2],
-    /// Slots of forgotten nodes, for reuse (the table stays as large as the live node count).
-    free: Vec<u32>,
-    /// `(graph id, raw node)` → slot, once something looked a node up by address.
-    index: Option<IdMap<(u64, usize), u32>>,
     /// Every live node's owners in one chunk, as the last snapshot made it; `None` once a node
     /// with owners was added or forgotten since.
     owners_chunk: Option<KeepChunk>,
@@ -349,6 +358,17 @@ impl NodeTable {
         local
     }
 
+    /// Whether the slot field `local` names graph `graph`; the graph added to last is checked
+    /// without reading [`graphs`](Self::graphs).
+    #[inline]
+    fn names_graph(&self, local: u32, graph: u64) -> bool {
+        match self.last_graph {
+            // `last_graph` always agrees with `graphs` (set with it, cleared when freed).
+            Some((id, l)) if l == local => id == graph,
+            _ => self.graph_id(local) == Some(graph),
+        }
+    }
+
     /// The id of the graph a slot names (`local`, a position plus one).
     fn graph_id(&self, local: u32) -> Option<u64> {
         let i = local.checked_sub(1)?;
@@ -481,7 +501,7 @@ impl NodeTable {
         (s.live()
             && s.raw == raw
             && Self::serial(slot, s.generation) == serial
-            && self.graph_id(s.graph) == Some(graph))
+            && self.names_graph(s.graph, graph))
         .then_some(slot)
     }
 
@@ -583,7 +603,7 @@ impl NodeTable {
                 .enumerate()
                 .filter_map(|(i, s)| Some(((self.graph_id(s.graph)?, s.raw), i as u32)))
                 .collect();
-            self.index = Some(index);
+            self.index = Some(Box::new(index));
         }
         match self.index.as_ref().and_then(|i| i.get(&(graph, raw))) {
             Some(&slot) => Self::serial(slot, self.slots[slot as usize].generation),
@@ -699,59 +719,63 @@ impl CondRecord {
 }
 
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct TreeState {
+    // Laid out in declaration order (`repr(C)`), behind the lock word (see `GraphHandle`):
+    // first what a captured launch reads (`dead`, `recent`), then what an explicit node reads
+    // (`captures`, `broken`, `epoch`, then the node table's first lines).
+    /// Graphs the driver freed: bodies whose conditional node was destroyed, and graphs a failed
+    /// capture into destroyed.
+    pub(crate) dead: IdSet<u64>,
+    /// The addresses kept last (a small ring): a capture that launches the same kernel on the
+    /// same buffers again and again skips the hash.
+    recent: [usize; 4],
+    /// Stream captures recording into graphs of this tree now: capture id → graph id.
+    /// Definitions refuse a graph being captured into; instantiation, update, embedding and
+    /// cloning refuse the whole tree while any capture records (a leaked body builder's capture
+    /// never ends).
+    pub(crate) captures: IdMap<u64, u64>,
+    /// Why the tree can no longer be used, if the driver broke it: a conditional body's capture
+    /// was invalidated, and the driver destroyed the body graph that a node of this tree owns.
+    /// Instantiating, destroying the node, or destroying the root graph then crash inside the
+    /// driver, so the crate refuses the first two and leaks the root graph.
+    pub(crate) broken: Option<String>,
+    /// Counts instantiations of this tree: each exec records the epoch it was made at, and each
+    /// node the epoch it was made at (see [`NodeTable::born`]), so that an exec can tell the
+    /// nodes it was instantiated with from nodes added later.
+    pub(crate) epoch: u64,
     /// Live nodes known to this crate. A node token is valid only while its slot holds it, so
     /// a destroyed node (whose address the driver may reuse) is never mistaken for a new one.
     pub(crate) nodes: NodeTable,
+    /// The next slot of `recent` to overwrite.
+    recent_next: usize,
+    /// The epoch at which the latest capture into this tree ended: every node a capture made was
+    /// made at or before it (while a capture records, [`TreeState::epoch`] is the bound).
+    pub(crate) captured_epoch: u64,
+    /// Operands used by captured nodes of this tree (and what clones and captured embeds hold),
+    /// added since the last [`TreeState::snapshot`]. Nodes added explicitly hold theirs in
+    /// [`TreeState::nodes`], so that destroying a node releases what it used.
+    pending: Vec<Arc<dyn Any + Send + Sync>>,
+    /// Addresses of everything this tree holds, so each is held once.
+    kept: IdSet<usize>,
+    /// Earlier operands, in chunks shared with the execs instantiated from this tree: an exec
+    /// holds the chunks that existed when it was made.
+    chunks: Vec<KeepChunk>,
     /// Conditional nodes this crate created: `(graph id, raw node)` → their handle, type and the
     /// body graphs they own (destroying the node marks those dead; reading it back reports them).
     pub(crate) conditionals: IdMap<(u64, usize), CondRecord>,
     /// Child-graph nodes whose graph was looked at (`GraphDefinition::inspect`): `(graph id, raw
     /// node)` → the id its views carry, so that destroying the node marks them dead.
     pub(crate) embedded: IdMap<(u64, usize), u64>,
-    /// Graphs the driver freed: bodies whose conditional node was destroyed, and graphs a failed
-    /// capture into destroyed.
-    pub(crate) dead: IdSet<u64>,
-    /// Stream captures recording into graphs of this tree now: capture id → graph id.
-    /// Definitions refuse a graph being captured into; instantiation, update, embedding and
-    /// cloning refuse the whole tree while any capture records (a leaked body builder's capture
-    /// never ends).
-    pub(crate) captures: IdMap<u64, u64>,
-    /// Operands used by captured nodes of this tree (and what clones and captured embeds hold),
-    /// added since the last [`TreeState::snapshot`]. Nodes added explicitly hold theirs in
-    /// [`TreeState::nodes`], so that destroying a node releases what it used.
-    pending: Vec<Arc<dyn Any + Send + Sync>>,
-    /// Earlier operands, in chunks shared with the execs instantiated from this tree: an exec
-    /// holds the chunks that existed when it was made.
-    chunks: Vec<KeepChunk>,
-    /// Addresses of everything this tree holds, so each is held once.
-    kept: IdSet<usize>,
-    /// The addresses kept last (a small ring): a capture that launches the same kernel on the
-    /// same buffers again and again skips the hash.
-    recent: [usize; 4],
-    /// The next slot of `recent` to overwrite.
-    recent_next: usize,
     /// Held until a capture ends (capture id → values): events recorded and streams joined into
     /// it, which the driver refers to while the capture records.
     pub(crate) until_end: IdMap<u64, Vec<Arc<dyn Any + Send + Sync>>>,
-    /// Why the tree can no longer be used, if the driver broke it: a conditional body's capture
-    /// was invalidated, and the driver destroyed the body graph that a node of this tree owns.
-    /// Instantiating, destroying the node, or destroying the root graph then crash inside the
-    /// driver, so the crate refuses the first two and leaks the root graph.
-    pub(crate) broken: Option<String>,
     /// Memory allocation nodes with no free node in the graph: `(graph id, raw node)` → the
     /// device address. Each exec frees what is still allocated when it is dropped.
     pub(crate) unfreed: IdMap<(u64, usize), u64>,
     /// Graphs holding memory allocation (and so free) nodes. CUDA forbids deleting nodes or
     /// edges of such a graph: `destroy_node` and `remove_edge` refuse it.
     pub(crate) memory_graphs: IdSet<u64>,
-    /// Counts instantiations of this tree: each exec records the epoch it was made at, and each
-    /// node the epoch it was made at (see [`NodeTable::born`]), so that an exec can tell the
-    /// nodes it was instantiated with from nodes added later.
-    pub(crate) epoch: u64,
-    /// The epoch at which the latest capture into this tree ended: every node a capture made was
-    /// made at or before it (while a capture records, [`TreeState::epoch`] is the bound).
-    pub(crate) captured_epoch: u64,
 }
 
 impl TreeState {

@@ -27,15 +27,20 @@ const NAP: Duration = Duration::from_millis(1);
 const SPINS: u32 = 64;
 
 /// A mutual-exclusion lock around a `T` (see the module's documentation).
+///
+/// Laid out in declaration order (`repr(C)`): the lock word, then the value, whose first fields
+/// the per-node paths read right after taking the lock (see `TreeState`), so that a node touches
+/// as few cache lines as it can.
+#[repr(C)]
 pub(crate) struct TreeLock<T> {
     locked: AtomicBool,
     /// Threads asleep (or about to sleep) waiting for the lock.
     sleepers: AtomicU32,
+    value: UnsafeCell<T>,
     park: Mutex<()>,
     wake: Condvar,
     /// [`NAP`], longer in a test that must see a wake-up arrive.
     nap: Duration,
-    value: UnsafeCell<T>,
 }
 
 // SAFETY: the lock hands out access to `value` to one thread at a time (`locked`, taken by a
