@@ -548,8 +548,8 @@ impl GraphDefinition {
     }
 
     #[inline]
-    fn same_device(&self, ctx: &Arc<PrimaryContext>, what: &str) -> Result<()> {
-        if ctx.device != self.handle().ctx.device {
+    fn same_device(&self, device: sys::CUdevice, what: &str) -> Result<()> {
+        if device != self.handle().ctx.device {
             return Err(other_device(what));
         }
         Ok(())
@@ -574,7 +574,7 @@ impl GraphDefinition {
         args: impl crate::ArgsFor<S>,
     ) -> Result<KernelNode> {
         let function = kernel.function();
-        self.same_device(&function.module.ctx, "kernel's module")?;
+        self.same_device(function.device, "kernel's module")?;
         crate::runtime::with_refs(&args, self.handle().ctx.device, |refs| {
             refs.check_device("graph")?;
             refs.check_target(Some(self.handle()))?;
@@ -627,7 +627,7 @@ impl GraphDefinition {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<KernelNode> {
-        self.same_device(&function.module.ctx, "kernel's module")?;
+        self.same_device(function.device, "kernel's module")?;
         let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
         let params = config.kernel_node_params(
             function,
@@ -676,6 +676,7 @@ impl GraphDefinition {
             }
             None => std::slice::from_ref(&module),
         };
+        let ctx = &*self.handle().ctx;
         self.add_node_then(
             deps,
             &[],
@@ -685,7 +686,7 @@ impl GraphDefinition {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` is
                 // valid and its arguments match the kernel (this function's contract; the driver
                 // copies the argument bytes).
-                unsafe { driver::graph::add_kernel_node(out, g, d, n, params) }
+                unsafe { driver::graph::add_kernel_node(ctx, out, g, d, n, params) }
             },
             |_, _| {},
         )
@@ -741,7 +742,7 @@ impl GraphDefinition {
     ) -> Result<MemsetNode> {
         let (element_size, value) = memset_value(value)?;
         shape.check(buf.len())?;
-        self.same_device(&buf.alloc.ctx, "buffer")?;
+        self.same_device(buf.alloc.ctx.device, "buffer")?;
         let params = sys::CUDA_MEMSET_NODE_PARAMS {
             dst: buf.device_ptr(),
             pitch: shape.pitch * element_size as usize,
@@ -786,8 +787,8 @@ impl GraphDefinition {
                 dst.len()
             )));
         }
-        self.same_device(&dst.alloc.ctx, "destination buffer")?;
-        self.same_device(&src.alloc.ctx, "source buffer")?;
+        self.same_device(dst.alloc.ctx.device, "destination buffer")?;
+        self.same_device(src.alloc.ctx.device, "source buffer")?;
         let copy = memcpy3d(dst.device_ptr(), src.device_ptr(), dst.byte_len());
         let keep = |owners: &mut Owners| {
             owners.push(dst.alloc.clone());
@@ -846,7 +847,7 @@ impl GraphDefinition {
     /// # Ok(()) }
     /// ```
     pub fn add_event_record(&self, deps: &[&GraphNode], event: &Event) -> Result<EventRecordNode> {
-        self.same_device(&event.handle.ctx, "event")?;
+        self.same_device(event.handle.ctx.device, "event")?;
         let raw = event.handle.raw;
         self.add_node_with(
             deps,
@@ -871,7 +872,7 @@ impl GraphDefinition {
     /// # Ok(()) }
     /// ```
     pub fn add_event_wait(&self, deps: &[&GraphNode], event: &Event) -> Result<EventWaitNode> {
-        self.same_device(&event.handle.ctx, "event")?;
+        self.same_device(event.handle.ctx.device, "event")?;
         let raw = event.handle.raw;
         self.add_node_with(
             deps,
@@ -948,7 +949,7 @@ impl GraphDefinition {
     ) -> Result<ChildGraphNode> {
         let child = child.finished_graph()?;
         let graph = self.handle();
-        self.same_device(&child.ctx, "child graph")?;
+        self.same_device(child.ctx.device, "child graph")?;
         if child.tree_id() == graph.tree_id() {
             return Err(Error::InvalidArgument(
                 "a graph cannot be embedded into itself: embed a clone (`try_clone()`)".into(),

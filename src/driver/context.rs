@@ -7,15 +7,113 @@ use cudarc::driver::sys;
 use super::{drv, drv_drop};
 use crate::error::Result;
 
+/// `cuLaunchKernel`'s C signature, as the bindings declare it.
+pub(crate) type LaunchKernelFn = unsafe extern "C" fn(
+    sys::CUfunction,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    sys::CUstream,
+    *mut *mut std::ffi::c_void,
+    *mut *mut std::ffi::c_void,
+) -> sys::CUresult;
+
+/// `cuGraphAddKernelNode_v2`'s C signature, as the bindings declare it.
+pub(crate) type AddKernelNodeFn = unsafe extern "C" fn(
+    *mut sys::CUgraphNode,
+    sys::CUgraph,
+    *const sys::CUgraphNode,
+    usize,
+    *const sys::CUDA_KERNEL_NODE_PARAMS,
+) -> sys::CUresult;
+
+// The bindings' wrappers take what these types take (checked at compile time).
+const _: unsafe fn(
+    sys::CUfunction,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    std::ffi::c_uint,
+    sys::CUstream,
+    *mut *mut std::ffi::c_void,
+    *mut *mut std::ffi::c_void,
+) -> sys::CUresult = sys::cuLaunchKernel;
+const _: unsafe fn(
+    *mut sys::CUgraphNode,
+    sys::CUgraph,
+    *const sys::CUgraphNode,
+    usize,
+    *const sys::CUDA_KERNEL_NODE_PARAMS,
+) -> sys::CUresult = sys::cuGraphAddKernelNode_v2;
+
+/// The driver entry points a captured launch and an explicit kernel node call, as pointers held
+/// beside the context handle those paths read anyway. Calling through the bindings instead reads
+/// the wrapper's own cached pointer, and the crate's check that the entry point exists reads a
+/// flag per call site: each a cache line of its own, and on the H200's host, where the driver's
+/// work evicts what the crate touched between two nodes, each line missed costs a few
+/// nanoseconds per node. `None` where the library lacks one, or with `dynamic-linking` (the
+/// calls then go through the bindings, which report a missing entry point as an error).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HotEntryPoints {
+    pub(crate) launch_kernel: Option<LaunchKernelFn>,
+    pub(crate) add_kernel_node: Option<AddKernelNodeFn>,
+}
+
+impl HotEntryPoints {
+    /// Looks the entry points up in the loaded driver library.
+    #[cfg(feature = "dynamic-loading")]
+    fn resolve() -> Self {
+        if super::loaded().is_err() {
+            return Self::default();
+        }
+        // SAFETY: the driver library is loaded (checked above), so `culib()` returns it rather
+        // than panicking; each type is its symbol's C signature (checked against the bindings
+        // above); the library stays loaded for the process's life (`culib` keeps it in a static),
+        // so the pointers stay valid.
+        unsafe {
+            let lib = sys::culib();
+            HotEntryPoints {
+                launch_kernel: lib
+                    .get::<LaunchKernelFn>(b"cuLaunchKernel\0")
+                    .ok()
+                    .map(|f| *f),
+                add_kernel_node: lib
+                    .get::<AddKernelNodeFn>(b"cuGraphAddKernelNode_v2\0")
+                    .ok()
+                    .map(|f| *f),
+            }
+        }
+    }
+
+    /// Linked at build time: the calls go through the bindings.
+    #[cfg(not(feature = "dynamic-loading"))]
+    fn resolve() -> Self {
+        Self::default()
+    }
+}
+
 /// A retained primary context (`cuDevicePrimaryCtxRetain` / `Release`).
 ///
 /// Every handle that needs a context holds an `Arc<PrimaryContext>`, so the context outlives all of
 /// them and is released exactly once, after the last.
+///
+/// Laid out in declaration order (`repr(C)`): the handle and the per-node entry points share the
+/// first cache line, which every captured launch and explicit node reads to bind the context.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct PrimaryContext {
+    pub(crate) raw: sys::CUcontext,
+    /// The driver entry points called once per node, resolved when the context was retained.
+    pub(crate) hot: HotEntryPoints,
     pub(crate) device: sys::CUdevice,
     pub(crate) ordinal: usize,
-    pub(crate) raw: sys::CUcontext,
     /// A private non-blocking stream for synchronous setup work (zeroing new allocations). It is
     /// never captured, so waiting for it is legal while other streams capture — unlike
     /// `cuCtxSynchronize`, which fails while any stream of the context captures.
@@ -56,9 +154,10 @@ impl PrimaryContext {
         // SAFETY: `device` came from `cuDeviceGet`; `raw` is a valid out pointer.
         unsafe { drv!(cuDevicePrimaryCtxRetain(&mut raw, device)) }?;
         Ok(Arc::new(PrimaryContext {
+            raw,
+            hot: HotEntryPoints::resolve(),
             device,
             ordinal,
-            raw,
             setup: OnceLock::new(),
             pool: std::sync::Mutex::new(Pool::default()),
         }))

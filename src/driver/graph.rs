@@ -1089,14 +1089,22 @@ pub(crate) fn lock_two<'a>(
 /// The node-adding promise (above); `params` points at argument storage that outlives the call
 /// (the driver copies it) and the arguments match the kernel, which stays in bounds of the
 /// memory it is given.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn add_kernel_node(
+    ctx: &PrimaryContext,
     out: &mut sys::CUgraphNode,
     graph: sys::CUgraph,
     deps: *const sys::CUgraphNode,
     n: usize,
     params: &sys::CUDA_KERNEL_NODE_PARAMS,
 ) -> Result<()> {
+    if let Some(f) = ctx.hot.add_kernel_node {
+        // SAFETY: the caller's promises above; `f` is the entry point (see `HotEntryPoints`).
+        return super::check(
+            unsafe { f(out, graph, deps, n, params) },
+            "cuGraphAddKernelNode_v2",
+        );
+    }
     // SAFETY: the caller's promises above.
     unsafe { drv!(cuGraphAddKernelNode_v2(out, graph, deps, n, params)) }
 }

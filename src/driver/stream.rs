@@ -297,8 +297,9 @@ pub(crate) unsafe fn wait_event(
 /// storage of that parameter's type that lives until the call returns (the driver copies it);
 /// the kernel stays in bounds of the memory it is given.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn launch_kernel(
+    ctx: &PrimaryContext,
     function: sys::CUfunction,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
@@ -306,6 +307,25 @@ pub(crate) unsafe fn launch_kernel(
     stream: sys::CUstream,
     params: *mut *mut std::ffi::c_void,
 ) -> Result<()> {
+    if let Some(f) = ctx.hot.launch_kernel {
+        // SAFETY: the caller's promises above; `f` is the entry point (see `HotEntryPoints`).
+        let r = unsafe {
+            f(
+                function,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
+                shared_mem_bytes,
+                stream,
+                params,
+                std::ptr::null_mut(),
+            )
+        };
+        return super::check(r, "cuLaunchKernel");
+    }
     // SAFETY: the caller's promises above.
     unsafe {
         drv!(cuLaunchKernel(

@@ -24,6 +24,9 @@ impl std::fmt::Debug for Module {
 pub struct Function {
     pub(crate) module: Arc<ModuleHandle>,
     pub(crate) raw: cudarc::driver::sys::CUfunction,
+    /// The module's device (`module.ctx.device`), kept here: the per-node checks then read
+    /// nothing behind the module's pointer (a cache line each, see `HotEntryPoints`).
+    pub(crate) device: cudarc::driver::sys::CUdevice,
     name: Arc<str>,
 }
 
@@ -85,6 +88,7 @@ impl Module {
         // loading one) and its context current; `cname` is NUL-terminated.
         match unsafe { driver::module::get_function(self.handle.raw, &cname) } {
             Ok(raw) => Ok(Function {
+                device: self.handle.ctx.device,
                 module: self.handle.clone(),
                 raw,
                 name: name.into(),
@@ -107,6 +111,7 @@ impl Function {
         name: String,
     ) -> Function {
         Function {
+            device: module.ctx.device,
             module,
             raw,
             name: name.into(),
@@ -138,6 +143,7 @@ impl Function {
         Function {
             module: ModuleHandle::borrowed(&device.ctx, Box::new(owner)),
             raw,
+            device: device.ctx.device,
             name: name.into(),
         }
     }

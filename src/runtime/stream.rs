@@ -389,11 +389,11 @@ impl Stream {
     ) -> Result<()> {
         let function = kernel.function();
         let device = self.handle.ctx.device;
-        if function.module.ctx.device != device {
+        if function.device != device {
             return Err(Error::InvalidArgument(format!(
                 "kernel `{}` is loaded on device {}, but the stream is on device {device}",
                 function.name(),
-                function.module.ctx.device
+                function.device
             )));
         }
         super::with_refs(&args, device, |refs| {
@@ -511,6 +511,7 @@ impl Stream {
             // other path below, written twice: a shared closure cost 8 instructions per launch.
             return unsafe {
                 driver::stream::launch_kernel(
+                    &self.handle.ctx,
                     function.raw,
                     config.grid,
                     config.block,
@@ -538,6 +539,7 @@ impl Stream {
             // promise above (the driver copies the argument bytes during the call).
             unsafe {
                 driver::stream::launch_kernel(
+                    &self.handle.ctx,
                     function.raw,
                     config.grid,
                     config.block,
