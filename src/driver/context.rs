@@ -32,7 +32,7 @@ pub(crate) type AddKernelNodeFn = unsafe extern "C" fn(
 ) -> sys::CUresult;
 
 // The bindings' wrappers take what these types take (checked at compile time).
-const _: unsafe fn(
+type LaunchKernelBinding = unsafe fn(
     sys::CUfunction,
     std::ffi::c_uint,
     std::ffi::c_uint,
@@ -44,14 +44,16 @@ const _: unsafe fn(
     sys::CUstream,
     *mut *mut std::ffi::c_void,
     *mut *mut std::ffi::c_void,
-) -> sys::CUresult = sys::cuLaunchKernel;
-const _: unsafe fn(
+) -> sys::CUresult;
+const _: LaunchKernelBinding = sys::cuLaunchKernel;
+type AddKernelNodeBinding = unsafe fn(
     *mut sys::CUgraphNode,
     sys::CUgraph,
     *const sys::CUgraphNode,
     usize,
     *const sys::CUDA_KERNEL_NODE_PARAMS,
-) -> sys::CUresult = sys::cuGraphAddKernelNode_v2;
+) -> sys::CUresult;
+const _: AddKernelNodeBinding = sys::cuGraphAddKernelNode_v2;
 
 /// The driver entry points a captured launch and an explicit kernel node call, as pointers held
 /// beside the context handle those paths read anyway. Calling through the bindings instead reads
