@@ -666,6 +666,58 @@ mod tests {
     }
 
     #[test]
+    fn a_cancelled_reservation_gives_back_what_it_held_and_its_slot() {
+        // A node whose driver call failed: its slot was reserved with a module (shared) and a
+        // buffer (its second shared entry), then cancelled. Both are released, the module only
+        // once no other node uses it, and the slot serves the next node with a new serial.
+        use std::sync::Arc;
+        let mut tree = TreeState::default();
+        let module = Arc::new(5u32);
+        let buf = Arc::new(6u32);
+        let (watch_module, watch_buf) = (Arc::downgrade(&module), Arc::downgrade(&buf));
+        let make_module = || module.clone() as Owner;
+        let make_buf = || buf.clone() as Owner;
+        let shared = [
+            SharedRef::new(&module, &make_module),
+            SharedRef::new(&buf, &make_buf),
+        ];
+        let kept = fresh(
+            &mut tree,
+            1,
+            raw(0x100),
+            &shared[..1],
+            Owners::new(),
+            &mut Vec::new(),
+        );
+        let r = tree.nodes.reserve(1, &shared, Owners::new(), tree.epoch);
+        let given_back = tree.nodes.cancel(r);
+        assert_eq!(given_back.len(), 2, "the module's use and the buffer");
+        drop(given_back);
+        drop(buf);
+        assert!(watch_buf.upgrade().is_none(), "no node uses the buffer");
+        assert!(
+            watch_module.upgrade().is_some(),
+            "`kept` still uses the module"
+        );
+        let next = fresh1(&mut tree, 1, raw(0x200));
+        assert_eq!(next.serial & 0xffff_ffff, 1, "the cancelled slot is reused");
+        assert!(check(&tree, 1, &next).is_ok() && check(&tree, 1, &kept).is_ok());
+        let stale = GraphNode {
+            graph: 1,
+            raw: 0,
+            serial: next.serial ^ (1 << 32),
+        };
+        assert!(
+            check(&tree, 1, &stale).is_err(),
+            "a slot's old serial is dead"
+        );
+        let released = forget(&mut tree, 1, &kept);
+        drop(released);
+        drop(module);
+        assert!(watch_module.upgrade().is_none());
+    }
+
+    #[test]
     fn node_types_map_from_raw_values() {
         assert_eq!(NodeType::from_raw(0), NodeType::Kernel);
         assert_eq!(NodeType::from_raw(13), NodeType::Conditional);

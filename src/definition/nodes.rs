@@ -532,9 +532,26 @@ impl GraphDefinition {
         if !live.is_empty() {
             node::check_each(&locked.tree, graph.id, live)?;
         }
+        // Everything but the node's address is registered before the driver call (see
+        // `NodeTable::reserve`).
+        let born = locked.tree.epoch;
+        let reserved = locked.tree.nodes.reserve(graph.id, shared, held, born);
         let mut out = std::ptr::null_mut();
-        add(graph.raw, raw_deps, n, &mut out)?;
-        let node = node::fresh(&mut locked.tree, graph.id, out, shared, held, &mut released);
+        if let Err(e) = add(graph.raw, raw_deps, n, &mut out) {
+            let unused = locked.tree.nodes.cancel(reserved);
+            drop(locked);
+            drop(unused);
+            return Err(e);
+        }
+        let serial = locked
+            .tree
+            .nodes
+            .commit(reserved, graph.id, out as usize, &mut released);
+        let node = GraphNode {
+            graph: graph.id,
+            raw: out as usize,
+            serial,
+        };
         then(&mut locked.tree, &node);
         drop(locked);
         if released.capacity() == 0 {

@@ -233,6 +233,18 @@ fn drop_empty(owners: Owners) {
     }
 }
 
+/// A slot taken by [`NodeTable::reserve`] for a node the driver is about to make: to be
+/// committed or cancelled under the same lock.
+#[derive(Debug)]
+#[must_use = "a reserved slot is committed or cancelled"]
+pub(crate) struct Reserved {
+    slot: u32,
+    serial: u64,
+    /// Whether the table had an address index when the slot was taken (it cannot change while
+    /// the lock is held): committing then records the address in it.
+    indexed: bool,
+}
+
 /// Marks [`NodeSlot::owners`] as naming an entry of [`NodeTable::owners`].
 const OUT_OF_LINE: u32 = 1 << 31;
 
@@ -253,17 +265,27 @@ impl NodeTable {
         graph: u64,
         raw: usize,
         shared: &[SharedRef<'_>],
-        mut owners: Owners,
+        owners: Owners,
         released: &mut Vec<Owner>,
         born: u64,
     ) -> u64 {
-        if let Some(old) = self
-            .index
-            .as_ref()
-            .and_then(|i| i.get(&(graph, raw)).copied())
-        {
-            released.extend(self.release(old));
-        }
+        let r = self.reserve(graph, shared, owners, born);
+        self.commit(r, graph, raw, released)
+    }
+
+    /// Takes a slot for a node about to be made in graph `graph`, with everything but its
+    /// address: [`commit`](Self::commit) it with the address once the driver made the node, or
+    /// [`cancel`](Self::cancel) it. Done before the driver call, under the same lock, so that
+    /// after the call a node writes one slot (the driver's work between the two evicts what the
+    /// crate touched, and every line touched again is read again).
+    #[inline]
+    pub(crate) fn reserve(
+        &mut self,
+        graph: u64,
+        shared: &[SharedRef<'_>],
+        mut owners: Owners,
+        born: u64,
+    ) -> Reserved {
         let local = match self.last_graph {
             Some((id, local)) if id == graph => local,
             _ => self.local_graph(graph),
@@ -294,7 +316,7 @@ impl NodeTable {
             Some(i) => {
                 let s = &mut self.slots[i as usize];
                 s.graph = local;
-                s.raw = raw;
+                s.raw = 0;
                 s.generation = s.generation.wrapping_add(1);
                 s.shared = shared;
                 s.owners = owners;
@@ -314,7 +336,7 @@ impl NodeTable {
                 // single cost of an explicit node after the tree lock (`perf`, stub driver).
                 let len = self.slots.len();
                 self.slots.spare_capacity_mut()[0].write(NodeSlot {
-                    raw,
+                    raw: 0,
                     born,
                     generation: 0,
                     graph: local,
@@ -327,10 +349,51 @@ impl NodeTable {
                 len as u32
             }
         };
+        Reserved {
+            slot,
+            serial: Self::serial(slot, self.slots[slot as usize].generation),
+            indexed: self.index.is_some(),
+        }
+    }
+
+    /// Gives the reserved slot `r` the address `raw` of the node the driver made in `graph`, and
+    /// returns its serial. A node that the index still lists at the same address (destroyed, its
+    /// address reused) is forgotten; its owners are returned in `released`.
+    #[inline]
+    pub(crate) fn commit(
+        &mut self,
+        r: Reserved,
+        graph: u64,
+        raw: usize,
+        released: &mut Vec<Owner>,
+    ) -> u64 {
+        if let Some(s) = self.slots.get_mut(r.slot as usize) {
+            s.raw = raw;
+        }
+        if r.indexed {
+            self.index_new(r.slot, graph, raw, released);
+        }
+        r.serial
+    }
+
+    /// [`commit`](Self::commit)'s index work, once something looked nodes up by address.
+    #[cold]
+    fn index_new(&mut self, slot: u32, graph: u64, raw: usize, released: &mut Vec<Owner>) {
+        let old = self
+            .index
+            .as_ref()
+            .and_then(|i| i.get(&(graph, raw)).copied());
+        if let Some(old) = old.filter(|&old| old != slot) {
+            released.extend(self.release(old));
+        }
         if let Some(index) = self.index.as_mut() {
             index.insert((graph, raw), slot);
         }
-        Self::serial(slot, self.slots[slot as usize].generation)
+    }
+
+    /// Frees the reserved slot `r` (the driver made no node) and returns what it was to hold.
+    pub(crate) fn cancel(&mut self, r: Reserved) -> Owners {
+        self.release(r.slot)
     }
 
     /// The position of graph `graph` in [`graphs`](Self::graphs) plus one, given one if it has
