@@ -106,10 +106,11 @@ impl HotEntryPoints {
 /// Every handle that needs a context holds an `Arc<PrimaryContext>`, so the context outlives all of
 /// them and is released exactly once, after the last.
 ///
-/// Laid out in declaration order (`repr(C)`): the handle and the per-node entry points share the
-/// first cache line, which every captured launch and explicit node reads to bind the context.
+/// Laid out in declaration order from a cache line's start (`repr(C, align(64))`): the handle and
+/// the per-node entry points share the first cache line, which every captured launch and
+/// explicit node reads to bind the context.
 #[derive(Debug)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub(crate) struct PrimaryContext {
     pub(crate) raw: sys::CUcontext,
     /// The driver entry points called once per node, resolved when the context was retained.

@@ -25,10 +25,11 @@ pub(crate) fn next_id() -> u64 {
 /// A `CUgraph`: owned (destroyed on drop) or a body owned by a node of another graph, which this
 /// handle then keeps alive.
 ///
-/// Laid out in declaration order (`repr(C)`): the fields a node reads, then the tree's lock and
-/// the hot fields of its state, fill the first cache lines (see `TreeState`).
+/// Laid out in declaration order from a cache line's start (`repr(C, align(64))`): the fields a
+/// node reads, then the tree's lock and the hot fields of its state, fill the first cache lines
+/// (see `TreeState`).
 #[derive(Debug)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct GraphHandle {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) raw: sys::CUgraph,

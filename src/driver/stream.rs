@@ -62,7 +62,11 @@ pub(crate) fn status_out(status: &mut u32) -> *mut sys::CUstreamCaptureStatus {
 }
 
 /// An owned non-blocking stream (`cuStreamCreate(CU_STREAM_NON_BLOCKING)`), destroyed on drop.
+///
+/// Laid out in declaration order on a cache line of its own (`repr(C, align(64))`): a launch
+/// reads the context and the handle from one line.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct StreamHandle {
     pub(crate) ctx: Arc<PrimaryContext>,
     pub(crate) raw: sys::CUstream,
