@@ -1,9 +1,26 @@
 /* A stub CUDA driver for counting the crate's own host instructions per node without a GPU
  * (scripts/count-instructions.sh). Every entry point the counted paths call returns success;
  * out-handles get fresh fake non-null values. It runs no device work and checks nothing: only
- * for instruction counts, never for correctness. */
+ * for instruction counts, never for correctness.
+ *
+ * STUB_TOUCH_KB=N makes each kernel node and kernel launch read and write N KiB of the stub's
+ * own memory, as a real driver's work does, evicting what the crate touched from the nearest
+ * caches: with it, timing the crate beside raw calls shows what the crate's memory accesses cost
+ * after driver work (off by default: instruction counts stay comparable). */
 #include <stdint.h>
 #include <stddef.h>
+#include <stdlib.h>
+static unsigned char* touch_buf;
+static size_t touch_len = (size_t)-1;
+static void touch(void){
+  if (touch_len == (size_t)-1) {
+    const char* e = getenv("STUB_TOUCH_KB");
+    touch_len = e ? (size_t)atoi(e) * 1024 : 0;
+    if (touch_len) touch_buf = calloc(touch_len, 1);
+    if (!touch_buf) touch_len = 0;
+  }
+  for (size_t i = 0; i < touch_len; i += 64) touch_buf[i]++;
+}
 static uintptr_t next = 0x1000;
 static void* fresh(void){ next += 0x40; return (void*)next; }
 static __thread void* current = 0;
@@ -19,7 +36,7 @@ int cuDevicePrimaryCtxRetain(void** c, int d){ *c = (void*)0xC0; return 0; }
 int cuDriverGetVersion(int* v){ *v = 13000; return 0; }
 int cuGetErrorName(int e, const char** s){ *s = "CUDA_ERROR_STUB"; return 0; }
 int cuGetErrorString(int e, const char** s){ *s = "stub"; return 0; }
-int cuGraphAddKernelNode_v2(void** n, void* g, void* d, size_t k, void* p){ *n = fresh(); return 0; }
+int cuGraphAddKernelNode_v2(void** n, void* g, void* d, size_t k, void* p){ touch(); *n = fresh(); return 0; }
 int cuGraphCreate(void** g, unsigned f){ *g = fresh(); return 0; }
 int cuGraphDestroy(void){ return 0; }
 int cuGraphDestroyNode(void){ return 0; }
@@ -38,7 +55,7 @@ int cuGraphExecDestroy(void){ return 0; }
 int cuGraphLaunch(void){ return 0; }
 int cuLaunchHostFunc(void){ return 0; }
 int cuStreamQuery(void){ return 0; }
-int cuLaunchKernel(void){ return 0; }
+int cuLaunchKernel(void){ touch(); return 0; }
 int cuStreamIsCapturing(void* s, int* st){ *st = 0; return 0; }
 int cuGraphNodeGetType(void* n, int* t){ *t = 0; return 0; }
 int cuStreamBeginCapture_v2(void){ return 0; }

@@ -185,7 +185,7 @@ impl GraphDefinition {
 
     /// Binds the context and locks the graph's tree, refusing a graph that a capture is recording
     /// into or whose conditional node was destroyed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lock(&self) -> Result<Locked<'_>> {
         self.graph.ctx.bind_cached()?;
         let tree = self.graph.lock();
