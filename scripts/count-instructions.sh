@@ -9,12 +9,7 @@
 # Needs gcc and valgrind. See docs/DESIGN.md, "Counting the crate's own instructions".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stub=target/stub-libcuda
-mkdir -p "$stub"
-gcc -O2 -shared -fPIC scripts/stub-libcuda.c -o "$stub/libcuda.so"
-ln -sf libcuda.so "$stub/libcuda.so.1"
-cargo build --release --example host_cost --quiet
-bin=target/release/examples/host_cost
+. scripts/stub-host-cost.sh
 count() { # case n -> instructions
   LD_LIBRARY_PATH="$PWD/$stub" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p'

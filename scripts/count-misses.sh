@@ -11,12 +11,7 @@
 # Needs gcc and valgrind. See docs/DESIGN.md, "Cache lines per node".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stub=target/stub-libcuda
-mkdir -p "$stub"
-gcc -O2 -shared -fPIC scripts/stub-libcuda.c -o "$stub/libcuda.so"
-ln -sf libcuda.so "$stub/libcuda.so.1"
-cargo build --release --example host_cost --quiet
-bin=target/release/examples/host_cost
+. scripts/stub-host-cost.sh
 misses() { # case n -> D1 misses
   STUB_TOUCH_KB=64 LD_LIBRARY_PATH="$PWD/$stub" valgrind --tool=cachegrind --cache-sim=yes \
     --D1=49152,12,64 --LL=2097152,16,64 --cachegrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |

@@ -7,53 +7,46 @@ use cudarc::driver::sys;
 use super::{drv, drv_drop};
 use crate::error::Result;
 
-/// `cuLaunchKernel`'s C signature, as the bindings declare it.
-pub(crate) type LaunchKernelFn = unsafe extern "C" fn(
-    sys::CUfunction,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    sys::CUstream,
-    *mut *mut std::ffi::c_void,
-    *mut *mut std::ffi::c_void,
-) -> sys::CUresult;
+/// Declares `$name` as the C signature of the driver entry point `$entry` taking `$arg`s, and
+/// checks at compile time that the bindings' wrapper of `$entry` takes the same arguments.
+macro_rules! entry_point {
+    ($(#[$doc:meta])* $name:ident = $entry:ident($($arg:ty),* $(,)?)) => {
+        $(#[$doc])*
+        pub(crate) type $name = unsafe extern "C" fn($($arg),*) -> sys::CUresult;
+        const _: () = {
+            type Binding = unsafe fn($($arg),*) -> sys::CUresult;
+            let _: Binding = sys::$entry;
+        };
+    };
+}
 
-/// `cuGraphAddKernelNode_v2`'s C signature, as the bindings declare it.
-pub(crate) type AddKernelNodeFn = unsafe extern "C" fn(
-    *mut sys::CUgraphNode,
-    sys::CUgraph,
-    *const sys::CUgraphNode,
-    usize,
-    *const sys::CUDA_KERNEL_NODE_PARAMS,
-) -> sys::CUresult;
+entry_point! {
+    /// `cuLaunchKernel`'s C signature, as the bindings declare it.
+    LaunchKernelFn = cuLaunchKernel(
+        sys::CUfunction,
+        std::ffi::c_uint,
+        std::ffi::c_uint,
+        std::ffi::c_uint,
+        std::ffi::c_uint,
+        std::ffi::c_uint,
+        std::ffi::c_uint,
+        std::ffi::c_uint,
+        sys::CUstream,
+        *mut *mut std::ffi::c_void,
+        *mut *mut std::ffi::c_void,
+    )
+}
 
-// The bindings' wrappers take what these types take (checked at compile time).
-type LaunchKernelBinding = unsafe fn(
-    sys::CUfunction,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    std::ffi::c_uint,
-    sys::CUstream,
-    *mut *mut std::ffi::c_void,
-    *mut *mut std::ffi::c_void,
-) -> sys::CUresult;
-const _: LaunchKernelBinding = sys::cuLaunchKernel;
-type AddKernelNodeBinding = unsafe fn(
-    *mut sys::CUgraphNode,
-    sys::CUgraph,
-    *const sys::CUgraphNode,
-    usize,
-    *const sys::CUDA_KERNEL_NODE_PARAMS,
-) -> sys::CUresult;
-const _: AddKernelNodeBinding = sys::cuGraphAddKernelNode_v2;
+entry_point! {
+    /// `cuGraphAddKernelNode_v2`'s C signature, as the bindings declare it.
+    AddKernelNodeFn = cuGraphAddKernelNode_v2(
+        *mut sys::CUgraphNode,
+        sys::CUgraph,
+        *const sys::CUgraphNode,
+        usize,
+        *const sys::CUDA_KERNEL_NODE_PARAMS,
+    )
+}
 
 /// The driver entry points a captured launch and an explicit kernel node call, as pointers held
 /// beside the context handle those paths read anyway. Calling through the bindings instead reads

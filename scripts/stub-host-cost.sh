@@ -1,0 +1,9 @@
+# Sourced by scripts/count-instructions.sh and scripts/count-misses.sh: builds the stub driver
+# (scripts/stub-libcuda.c) into target/stub-libcuda and examples/host_cost.rs, and sets `stub`
+# (the stub's folder, for LD_LIBRARY_PATH) and `bin` (the example).
+stub=target/stub-libcuda
+mkdir -p "$stub"
+gcc -O2 -shared -fPIC scripts/stub-libcuda.c -o "$stub/libcuda.so"
+ln -sf libcuda.so "$stub/libcuda.so.1"
+cargo build --release --example host_cost --quiet
+bin=target/release/examples/host_cost
