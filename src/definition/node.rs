@@ -689,6 +689,94 @@ mod tests {
     }
 
     #[test]
+    fn a_nodes_second_value_is_shared_snapshotted_and_released_like_its_first() {
+        // Kernel nodes using a module and one buffer hold both through shared entries. A
+        // snapshot (an exec) holds both; the buffer goes when the last node using it goes and no
+        // snapshot holds it; replacing a node's owners hands back both uses.
+        use std::sync::Arc;
+        let mut tree = TreeState::default();
+        let module = Arc::new(1u32);
+        let buf = Arc::new(2u32);
+        let (watch_module, watch_buf) = (Arc::downgrade(&module), Arc::downgrade(&buf));
+        let (a, b) = {
+            let make_module = || module.clone() as Owner;
+            let make_buf = || buf.clone() as Owner;
+            let mut add = |at: usize| {
+                let shared = [
+                    SharedRef::new(&module, &make_module),
+                    SharedRef::new(&buf, &make_buf),
+                ];
+                fresh(
+                    &mut tree,
+                    1,
+                    raw(at),
+                    &shared,
+                    Owners::new(),
+                    &mut Vec::new(),
+                )
+            };
+            (add(0x100), add(0x200))
+        };
+        drop((module, buf));
+        assert_eq!(
+            Arc::strong_count(&watch_buf.upgrade().unwrap()),
+            2,
+            "the buffer is held once for both nodes"
+        );
+        let listed: Vec<Owner> = tree
+            .nodes
+            .owners_of(1, a.raw, a.serial)
+            .expect("a live node")
+            .cloned()
+            .collect();
+        assert_eq!(listed.len(), 2, "a node lists its module and its buffer");
+        drop(listed);
+        let exec_keep = tree.snapshot();
+        assert_eq!(exec_keep.iter().map(|c| c.len()).sum::<usize>(), 2);
+        drop(forget(&mut tree, 1, &a));
+        drop(forget(&mut tree, 1, &b));
+        assert!(
+            watch_buf.upgrade().is_some(),
+            "the exec's snapshot holds it"
+        );
+        drop(exec_keep);
+        assert!(watch_buf.upgrade().is_none() && watch_module.upgrade().is_none());
+        assert!(tree.snapshot().is_empty(), "no entry is left behind");
+        // Replacing: both uses come back as the old owners, and putting them back holds them.
+        let module = Arc::new(3u32);
+        let buf = Arc::new(4u32);
+        let watch_buf = Arc::downgrade(&buf);
+        let c = {
+            let make_module = || module.clone() as Owner;
+            let make_buf = || buf.clone() as Owner;
+            let shared = [
+                SharedRef::new(&module, &make_module),
+                SharedRef::new(&buf, &make_buf),
+            ];
+            fresh(
+                &mut tree,
+                1,
+                raw(0x300),
+                &shared,
+                Owners::new(),
+                &mut Vec::new(),
+            )
+        };
+        drop((module, buf));
+        let old = tree
+            .nodes
+            .replace_owners(1, c.raw, c.serial, Owners::new())
+            .expect("a live node");
+        assert_eq!(old.len(), 2, "the module's use and the buffer's");
+        assert!(tree.snapshot().is_empty(), "the node holds nothing now");
+        let undone = tree.nodes.replace_owners(1, c.raw, c.serial, old);
+        assert!(undone.is_some_and(|o| o.is_empty()));
+        assert!(watch_buf.upgrade().is_some(), "held by the node again");
+        drop(forget(&mut tree, 1, &c));
+        assert!(watch_buf.upgrade().is_none());
+    }
+
+    #[test]
     fn a_cancelled_reservation_gives_back_what_it_held_and_its_slot() {
         // A node whose driver call failed: its slot was reserved with a module (shared) and a
         // buffer (its second shared entry), then cancelled. Both are released, the module only
