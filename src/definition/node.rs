@@ -777,6 +777,25 @@ mod tests {
     }
 
     #[test]
+    fn a_graph_named_twice_among_the_dead_frees_its_place_once() {
+        // Freed twice, body 2's place would go to both graphs made next: a token of one would
+        // check out in the other, and forgetting one would forget the other's nodes.
+        let mut tree = TreeState::default();
+        let _ = fresh1(&mut tree, 1, raw(0x100));
+        let _ = fresh1(&mut tree, 2, raw(0x200));
+        drop(tree.nodes.remove_graphs(&[2, 2]));
+        let in_3 = fresh1(&mut tree, 3, raw(0x300));
+        let in_4 = fresh1(&mut tree, 4, raw(0x400));
+        assert!(check(&tree, 3, &in_3).is_ok() && check(&tree, 4, &in_4).is_ok());
+        drop(tree.nodes.remove_graphs(&[3]));
+        assert!(check(&tree, 3, &in_3).is_err());
+        assert!(
+            check(&tree, 4, &in_4).is_ok(),
+            "graph 4's node outlives graph 3"
+        );
+    }
+
+    #[test]
     fn a_cancelled_reservation_gives_back_what_it_held_and_its_slot() {
         // A node whose driver call failed: its slot was reserved with a module (shared) and a
         // buffer (its second shared entry), then cancelled. Both are released, the module only

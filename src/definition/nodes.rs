@@ -506,8 +506,8 @@ impl GraphDefinition {
 
     /// [`add_node_with`](Self::add_node_with), then `then` on the tree and the new node, under
     /// the same lock (bookkeeping that another thread's instantiation must see with the node).
-    /// `shared` is a value the node uses that the tree may hold once for many nodes (a kernel's
-    /// module, see [`SharedRef`]).
+    /// `shared` names values the node uses that the tree may hold once for many nodes (a
+    /// kernel's module and its one buffer, see [`SharedRef`]).
     fn add_node_then(
         &self,
         deps: &[&GraphNode],

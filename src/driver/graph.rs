@@ -112,9 +112,8 @@ pub(crate) fn search_owners<'a>(
     search(items, pred, 8)
 }
 
-/// What one node uses: held by its slot in the [`NodeTable`] until the node is destroyed. One
-/// inline: a kernel node with one buffer takes no allocation (its module is held through the
-/// table's shared entries, see [`SharedRef`]), and a node slot fits in 64 bytes.
+/// What one node uses besides its shared entries (see [`SharedRef`]): held for its slot in the
+/// [`NodeTable`]'s out-of-line list until the node is destroyed.
 pub(crate) type Owners = smallvec::SmallVec<[Owner; 1]>;
 
 /// What the lock of a graph tree (a root graph and its conditional bodies) guards besides the
@@ -125,21 +124,23 @@ pub(crate) type Owners = smallvec::SmallVec<[Owner; 1]>;
 /// `generation << 32 | slot`. Looking a node up by its address (for nodes the driver lists) uses
 /// an index made on first need.
 ///
-/// Each slot holds the node's owners: what the node uses lives while the node does (execs and
-/// copies made before hold their own references, see [`TreeState::snapshot`]), and is released
-/// when the node is destroyed.
+/// Each slot names what its node uses (up to two shared entries, or an out-of-line list of
+/// owners): it lives while the node does (execs and copies made before hold their own
+/// references, see [`TreeState::snapshot`]), and is released when the node is destroyed.
 #[derive(Debug, Default)]
 #[repr(C)]
 pub(crate) struct NodeTable {
     // Laid out in declaration order (`repr(C)`): the fields an explicit node reads and writes
     // come first and fill two cache lines (`slots`, `free`, `last_graph`; `last_shared`,
-    // `shared`, `index`). On the H200's host, with the driver's own work evicting what the
-    // crate touched between nodes, each further line cost a few nanoseconds per node.
+    // `shared`, `index`: checked below, with `TreeState` placing the table on a line). On the
+    // H200's hosts, with the driver's own work evicting what the crate touched between nodes,
+    // each further line cost a few nanoseconds per node.
     slots: Vec<NodeSlot>,
     /// Slots of forgotten nodes, for reuse (the table stays as large as the live node count).
     free: Vec<u32>,
-    /// The graph added to last, and its position (a definition adds to one graph at a time).
-    last_graph: Option<(u64, u32)>,
+    /// The graph added to last, and its position plus one (a definition adds to one graph at a
+    /// time); `(0, 0)` for none (graph ids start at 1).
+    last_graph: (u64, u32),
     /// The two entries used last, newest first (the usual case: a chain of nodes launching
     /// kernels of one module, on one buffer). Address 0: none (no value lives there).
     last_shared: [(usize, u32); 2],
@@ -288,7 +289,7 @@ impl NodeTable {
         born: u64,
     ) -> Reserved {
         let local = match self.last_graph {
-            Some((id, local)) if id == graph => local,
+            (id, local) if id == graph && local != 0 => local,
             _ => self.local_graph(graph),
         };
         // A slot names two shared entries; a node using more values, or owners of its own,
@@ -369,6 +370,7 @@ impl NodeTable {
         released: &mut Vec<Owner>,
     ) -> u64 {
         if let Some(s) = self.slots.get_mut(r.slot as usize) {
+            debug_assert!(s.live() && Self::serial(r.slot, s.generation) == r.serial);
             s.raw = raw;
         }
         if r.indexed {
@@ -394,6 +396,10 @@ impl NodeTable {
 
     /// Frees the reserved slot `r` (the driver made no node) and returns what it was to hold.
     pub(crate) fn cancel(&mut self, r: Reserved) -> Owners {
+        debug_assert!(self
+            .slots
+            .get(r.slot as usize)
+            .is_some_and(|s| s.live() && Self::serial(r.slot, s.generation) == r.serial));
         self.release(r.slot)
     }
 
@@ -418,7 +424,7 @@ impl NodeTable {
                 i + 1
             }
         };
-        self.last_graph = Some((graph, local));
+        self.last_graph = (graph, local);
         local
     }
 
@@ -428,7 +434,7 @@ impl NodeTable {
     fn names_graph(&self, local: u32, graph: u64) -> bool {
         match self.last_graph {
             // `last_graph` always agrees with `graphs` (set with it, cleared when freed).
-            Some((id, l)) if l == local => id == graph,
+            (id, l) if l == local && l != 0 => id == graph,
             _ => self.graph_id(local) == Some(graph),
         }
     }
@@ -532,6 +538,8 @@ impl NodeTable {
     fn unshare(&mut self, id: u32) -> Option<Owner> {
         let i = id.checked_sub(1)?;
         let entry = self.shared.get_mut(i as usize)?;
+        // A freed entry gives nothing back (and is not freed twice).
+        entry.owner.as_ref()?;
         entry.uses = entry.uses.saturating_sub(1);
         if entry.uses > 0 {
             return entry.owner.clone();
@@ -705,11 +713,16 @@ impl NodeTable {
         let released = doomed.into_iter().flat_map(|i| self.release(i)).collect();
         for local in locals {
             let i = local - 1;
-            let id = std::mem::take(&mut self.graphs[i as usize]);
-            self.graph_index.remove(&id);
+            let id = self.graphs[i as usize];
+            // Freed once even if `dead` names the graph twice: a position freed twice would be
+            // handed to two graphs.
+            if self.graph_index.remove(&id).is_none() {
+                continue;
+            }
+            self.graphs[i as usize] = 0;
             self.graphs_free.push(i);
-            if self.last_graph.is_some_and(|(_, l)| l == local) {
-                self.last_graph = None;
+            if self.last_graph.1 == local {
+                self.last_graph = (0, 0);
             }
         }
         released
@@ -785,9 +798,16 @@ impl CondRecord {
 #[derive(Debug, Default)]
 #[repr(C)]
 pub(crate) struct TreeState {
-    // Laid out in declaration order (`repr(C)`), behind the lock word (see `GraphHandle`):
-    // first what a captured launch reads (`dead`, `recent`), then what an explicit node reads
-    // (`captures`, `broken`, `epoch`, then the node table's first lines).
+    // Laid out in declaration order (`repr(C)`) behind the lock word, in `GraphHandle`'s first
+    // line (`epoch`, `recent_next`); then a line of what a captured launch reads (`dead`,
+    // `recent`); then what an explicit node checks (`captures`, `broken`); then the node
+    // table's two hot lines. Checked below.
+    /// Counts instantiations of this tree: each exec records the epoch it was made at, and each
+    /// node the epoch it was made at (see [`NodeTable::born`]), so that an exec can tell the
+    /// nodes it was instantiated with from nodes added later.
+    pub(crate) epoch: u64,
+    /// The next slot of `recent` to overwrite.
+    recent_next: usize,
     /// Graphs the driver freed: bodies whose conditional node was destroyed, and graphs a failed
     /// capture into destroyed.
     pub(crate) dead: IdSet<u64>,
@@ -804,18 +824,12 @@ pub(crate) struct TreeState {
     /// Instantiating, destroying the node, or destroying the root graph then crash inside the
     /// driver, so the crate refuses the first two and leaks the root graph.
     pub(crate) broken: Option<String>,
-    /// Counts instantiations of this tree: each exec records the epoch it was made at, and each
-    /// node the epoch it was made at (see [`NodeTable::born`]), so that an exec can tell the
-    /// nodes it was instantiated with from nodes added later.
-    pub(crate) epoch: u64,
-    /// Live nodes known to this crate. A node token is valid only while its slot holds it, so
-    /// a destroyed node (whose address the driver may reuse) is never mistaken for a new one.
-    pub(crate) nodes: NodeTable,
-    /// The next slot of `recent` to overwrite.
-    recent_next: usize,
     /// The epoch at which the latest capture into this tree ended: every node a capture made was
     /// made at or before it (while a capture records, [`TreeState::epoch`] is the bound).
     pub(crate) captured_epoch: u64,
+    /// Live nodes known to this crate. A node token is valid only while its slot holds it, so
+    /// a destroyed node (whose address the driver may reuse) is never mistaken for a new one.
+    pub(crate) nodes: NodeTable,
     /// Operands used by captured nodes of this tree (and what clones and captured embeds hold),
     /// added since the last [`TreeState::snapshot`]. Nodes added explicitly hold theirs in
     /// [`TreeState::nodes`], so that destroying a node releases what it used.
@@ -841,6 +855,18 @@ pub(crate) struct TreeState {
     /// edges of such a graph: `destroy_node` and `remove_edge` refuse it.
     pub(crate) memory_graphs: IdSet<u64>,
 }
+
+// The cache-line plan above (`GraphHandle` starts on a line: `repr(C, align(64))`).
+const _: () = {
+    use std::mem::offset_of;
+    let state = offset_of!(GraphHandle, tree) + TreeLock::<TreeState>::VALUE_OFFSET;
+    assert!(state == 48);
+    assert!(state + offset_of!(TreeState, dead) == 64);
+    assert!(state + offset_of!(TreeState, captures) == 128);
+    assert!(state + offset_of!(TreeState, nodes) == 192);
+    assert!(offset_of!(NodeTable, last_shared) == 64);
+    assert!(offset_of!(NodeTable, graphs) == 128);
+};
 
 impl TreeState {
     /// The latest epoch at which a node not registered yet (made by a capture or a clone) can

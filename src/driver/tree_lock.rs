@@ -65,6 +65,9 @@ impl<T> std::fmt::Debug for TreeLock<T> {
 }
 
 impl<T> TreeLock<T> {
+    /// Where the value starts in the lock (for layout checks).
+    pub(crate) const VALUE_OFFSET: usize = std::mem::offset_of!(TreeLock<T>, value);
+
     pub(crate) fn new(value: T) -> Self {
         Self::with_nap(value, NAP)
     }
