@@ -461,8 +461,9 @@ mod tests {
         let module = Arc::new(5u32);
         let watch = Arc::downgrade(&module);
         let (a, b, c) = {
+            let make = || module.clone() as Owner;
             let mut add = |at: usize| {
-                let shared = SharedRef::new(&module);
+                let shared = SharedRef::new(&module, &make);
                 fresh(
                     &mut tree,
                     1,
@@ -698,8 +699,13 @@ mod tests {
         let buf = Arc::new(2u32);
         let (watch_module, watch_buf) = (Arc::downgrade(&module), Arc::downgrade(&buf));
         let (a, b) = {
+            let make_module = || module.clone() as Owner;
+            let make_buf = || buf.clone() as Owner;
             let mut add = |at: usize| {
-                let shared = [SharedRef::new(&module), SharedRef::new(&buf)];
+                let shared = [
+                    SharedRef::new(&module, &make_module),
+                    SharedRef::new(&buf, &make_buf),
+                ];
                 fresh(
                     &mut tree,
                     1,
@@ -741,7 +747,12 @@ mod tests {
         let buf = Arc::new(4u32);
         let watch_buf = Arc::downgrade(&buf);
         let c = {
-            let shared = [SharedRef::new(&module), SharedRef::new(&buf)];
+            let make_module = || module.clone() as Owner;
+            let make_buf = || buf.clone() as Owner;
+            let shared = [
+                SharedRef::new(&module, &make_module),
+                SharedRef::new(&buf, &make_buf),
+            ];
             fresh(
                 &mut tree,
                 1,
@@ -794,7 +805,12 @@ mod tests {
         let module = Arc::new(5u32);
         let buf = Arc::new(6u32);
         let (watch_module, watch_buf) = (Arc::downgrade(&module), Arc::downgrade(&buf));
-        let shared = [SharedRef::new(&module), SharedRef::new(&buf)];
+        let make_module = || module.clone() as Owner;
+        let make_buf = || buf.clone() as Owner;
+        let shared = [
+            SharedRef::new(&module, &make_module),
+            SharedRef::new(&buf, &make_buf),
+        ];
         let kept = fresh(
             &mut tree,
             1,
