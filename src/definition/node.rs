@@ -461,9 +461,8 @@ mod tests {
         let module = Arc::new(5u32);
         let watch = Arc::downgrade(&module);
         let (a, b, c) = {
-            let make = || module.clone() as Owner;
             let mut add = |at: usize| {
-                let shared = SharedRef::new(&module, &make);
+                let shared = SharedRef::new(&module);
                 fresh(
                     &mut tree,
                     1,
@@ -699,13 +698,8 @@ mod tests {
         let buf = Arc::new(2u32);
         let (watch_module, watch_buf) = (Arc::downgrade(&module), Arc::downgrade(&buf));
         let (a, b) = {
-            let make_module = || module.clone() as Owner;
-            let make_buf = || buf.clone() as Owner;
             let mut add = |at: usize| {
-                let shared = [
-                    SharedRef::new(&module, &make_module),
-                    SharedRef::new(&buf, &make_buf),
-                ];
+                let shared = [SharedRef::new(&module), SharedRef::new(&buf)];
                 fresh(
                     &mut tree,
                     1,
@@ -747,12 +741,7 @@ mod tests {
         let buf = Arc::new(4u32);
         let watch_buf = Arc::downgrade(&buf);
         let c = {
-            let make_module = || module.clone() as Owner;
-            let make_buf = || buf.clone() as Owner;
-            let shared = [
-                SharedRef::new(&module, &make_module),
-                SharedRef::new(&buf, &make_buf),
-            ];
+            let shared = [SharedRef::new(&module), SharedRef::new(&buf)];
             fresh(
                 &mut tree,
                 1,
@@ -805,12 +794,7 @@ mod tests {
         let module = Arc::new(5u32);
         let buf = Arc::new(6u32);
         let (watch_module, watch_buf) = (Arc::downgrade(&module), Arc::downgrade(&buf));
-        let make_module = || module.clone() as Owner;
-        let make_buf = || buf.clone() as Owner;
-        let shared = [
-            SharedRef::new(&module, &make_module),
-            SharedRef::new(&buf, &make_buf),
-        ];
+        let shared = [SharedRef::new(&module), SharedRef::new(&buf)];
         let kept = fresh(
             &mut tree,
             1,

@@ -597,12 +597,7 @@ impl GraphDefinition {
             refs.check_target(Some(self.handle()))?;
             let params = config.kernel_node_params(function, refs.params(), self.handle().ctx.raw);
             if let [one] = refs.owners.as_slice() {
-                let one = *one;
-                let make = move || one.owner();
-                let extra = SharedRef {
-                    addr: one.addr(),
-                    make: &make,
-                };
+                let extra = one.shared();
                 // SAFETY: as below.
                 return unsafe {
                     self.add_kernel_params(deps, function, &params, Some(extra), |_| {})
@@ -652,8 +647,7 @@ impl GraphDefinition {
             self.handle().ctx.raw,
         );
         if let [one] = args.keep.as_slice() {
-            let make = || one.clone();
-            let extra = SharedRef::new(one, &make);
+            let extra = SharedRef::new(one);
             // SAFETY: as below.
             return unsafe { self.add_kernel_params(deps, function, &params, Some(extra), |_| {}) };
         }
@@ -683,8 +677,7 @@ impl GraphDefinition {
         extra: Option<SharedRef<'_>>,
         keep: impl FnOnce(&mut Owners),
     ) -> Result<KernelNode> {
-        let module = || function.module.clone() as Owner;
-        let module = SharedRef::new(&function.module, &module);
+        let module = SharedRef::new(&function.module);
         let both;
         let shared: &[SharedRef<'_>] = match extra {
             Some(extra) => {

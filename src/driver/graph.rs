@@ -171,24 +171,60 @@ pub(crate) struct NodeTable {
     owners_chunk: Option<KeepChunk>,
 }
 
-/// A value that a new node uses and that the node table holds once for every node using it: its
-/// address, and how to make the [`Owner`] the first time. A node then counts its use in the
-/// table under the tree lock instead of cloning the `Arc` — an atomic increment when the node is
-/// added and a decrement when it goes, which were most of an explicit node's cost besides the
-/// tree lock (profiled with the stub driver). What the node uses is still released with the
-/// node: the value goes when the last node using it does.
+/// A value that a new node uses and that the node table holds once for every node using it,
+/// borrowed: its address names it, and the table clones it into an [`Owner`] the first time. A
+/// node then counts its use in the table under the tree lock instead of cloning the `Arc` — an
+/// atomic increment when the node is added and a decrement when it goes, which were most of an
+/// explicit node's cost besides the tree lock (profiled with the stub driver). What the node
+/// uses is still released with the node: the value goes when the last node using it does. The
+/// address and the value come from one `Arc`, so they cannot disagree.
+#[derive(Clone, Copy)]
 pub(crate) struct SharedRef<'a> {
-    pub(crate) addr: usize,
-    pub(crate) make: &'a dyn Fn() -> Owner,
+    addr: usize,
+    value: &'a dyn Shareable,
 }
 
 impl<'a> SharedRef<'a> {
-    /// The shared reference to `value`, made into an `Owner` by `make` when needed.
-    pub(crate) fn new<T: ?Sized>(value: &'a Arc<T>, make: &'a dyn Fn() -> Owner) -> Self {
+    /// The shared reference to `value`.
+    #[inline]
+    pub(crate) fn new(value: &'a dyn Shareable) -> Self {
         SharedRef {
-            addr: Arc::as_ptr(value) as *const () as usize,
-            make,
+            addr: value.addr(),
+            value,
         }
+    }
+
+    /// A new strong reference to the value.
+    fn owner(&self) -> Owner {
+        self.value.owner()
+    }
+}
+
+/// An `Arc` a [`SharedRef`] can borrow: a typed one (a module, an allocation) or an [`Owner`].
+pub(crate) trait Shareable {
+    /// Where the `Arc` points (what names the value in the table).
+    fn addr(&self) -> usize;
+    /// A new strong reference, as an [`Owner`].
+    fn owner(&self) -> Owner;
+}
+
+impl<T: Any + Send + Sync> Shareable for Arc<T> {
+    #[inline]
+    fn addr(&self) -> usize {
+        Arc::as_ptr(self) as *const () as usize
+    }
+    fn owner(&self) -> Owner {
+        self.clone()
+    }
+}
+
+impl Shareable for Owner {
+    #[inline]
+    fn addr(&self) -> usize {
+        Arc::as_ptr(self) as *const () as usize
+    }
+    fn owner(&self) -> Owner {
+        self.clone()
     }
 }
 
@@ -299,7 +335,7 @@ impl NodeTable {
             [a] => (Some(a), None),
             [a, b] if owners.is_empty() => (Some(a), Some(b)),
             [a, rest @ ..] => {
-                owners.extend(rest.iter().map(|r| (r.make)()));
+                owners.extend(rest.iter().map(SharedRef::owner));
                 (Some(a), None)
             }
         };
@@ -508,7 +544,7 @@ impl NodeTable {
             }
             None => {
                 let entry = SharedOwner {
-                    owner: Some((r.make)()),
+                    owner: Some(r.owner()),
                     addr: r.addr,
                     uses: 1,
                 };

@@ -358,12 +358,13 @@ impl<'a> OwnerRef<'a> {
         }
     }
 
-    /// The owner's address (where its `Arc` points), which names it in a graph's shared
-    /// entries ([`SharedRef`](crate::driver::graph::SharedRef)).
-    pub(crate) fn addr(&self) -> usize {
+    /// The owner as a graph's shared entries take it
+    /// ([`SharedRef`](crate::driver::graph::SharedRef)).
+    #[inline]
+    pub(crate) fn shared(&self) -> crate::driver::graph::SharedRef<'a> {
         match *self {
-            OwnerRef::Alloc(alloc) => Arc::as_ptr(alloc) as *const () as usize,
-            OwnerRef::Other(owner) => Arc::as_ptr(owner) as *const () as usize,
+            OwnerRef::Alloc(alloc) => crate::driver::graph::SharedRef::new(alloc),
+            OwnerRef::Other(owner) => crate::driver::graph::SharedRef::new(owner),
         }
     }
 
