@@ -2,7 +2,7 @@
 
 use cudarc::driver::sys;
 
-use crate::driver::graph::{Owner, Owners, SharedRef, TreeState};
+use crate::driver::graph::{Owner, Owners, Reserved, SharedRef, TreeState};
 use crate::error::{Error, Result};
 
 /// A node of one graph: the value the `add_*` methods of [`GraphDefinition`](crate::GraphDefinition)
@@ -133,10 +133,33 @@ pub(crate) fn fresh(
     owners: Owners,
     released: &mut Vec<Owner>,
 ) -> GraphNode {
+    let r = reserve(tree, graph, shared, owners);
+    commit(tree, graph, r, raw, released)
+}
+
+/// [`fresh`]'s first half, before the driver makes the node (see `NodeTable::reserve`): a node
+/// made now, in graph `graph`, using `shared` and holding `owners`.
+#[inline]
+pub(crate) fn reserve(
+    tree: &mut TreeState,
+    graph: u64,
+    shared: &[SharedRef<'_>],
+    owners: Owners,
+) -> Reserved {
     let born = tree.epoch;
-    let serial = tree
-        .nodes
-        .insert(graph, raw as usize, shared, owners, released, born);
+    tree.nodes.reserve(graph, shared, owners, born)
+}
+
+/// [`fresh`]'s second half: the node the driver made at `raw`, with its token.
+#[inline]
+pub(crate) fn commit(
+    tree: &mut TreeState,
+    graph: u64,
+    r: Reserved,
+    raw: sys::CUgraphNode,
+    released: &mut Vec<Owner>,
+) -> GraphNode {
+    let serial = tree.nodes.commit(r, graph, raw as usize, released);
     GraphNode {
         graph,
         raw: raw as usize,

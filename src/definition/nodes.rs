@@ -534,8 +534,7 @@ impl GraphDefinition {
         }
         // Everything but the node's address is registered before the driver call (see
         // `NodeTable::reserve`).
-        let born = locked.tree.epoch;
-        let reserved = locked.tree.nodes.reserve(graph.id, shared, held, born);
+        let reserved = node::reserve(&mut locked.tree, graph.id, shared, held);
         let mut out = std::ptr::null_mut();
         if let Err(e) = add(graph.raw, raw_deps, n, &mut out) {
             let unused = locked.tree.nodes.cancel(reserved);
@@ -543,15 +542,7 @@ impl GraphDefinition {
             drop(unused);
             return Err(e);
         }
-        let serial = locked
-            .tree
-            .nodes
-            .commit(reserved, graph.id, out as usize, &mut released);
-        let node = GraphNode {
-            graph: graph.id,
-            raw: out as usize,
-            serial,
-        };
+        let node = node::commit(&mut locked.tree, graph.id, reserved, out, &mut released);
         then(&mut locked.tree, &node);
         drop(locked);
         if released.capacity() == 0 {

@@ -293,24 +293,6 @@ impl NodeSlot {
 }
 
 impl NodeTable {
-    /// Registers a node the driver just made in graph `graph` (at or before the tree's epoch
-    /// `born`), using the values `shared` names (held once for all the nodes using each, see
-    /// [`SharedRef`]) and holding `owners`; returns its serial. A node that the index still
-    /// lists at the same address (destroyed, its address reused) is forgotten; its owners are
-    /// returned in `released`.
-    pub(crate) fn insert(
-        &mut self,
-        graph: u64,
-        raw: usize,
-        shared: &[SharedRef<'_>],
-        owners: Owners,
-        released: &mut Vec<Owner>,
-        born: u64,
-    ) -> u64 {
-        let r = self.reserve(graph, shared, owners, born);
-        self.commit(r, graph, raw, released)
-    }
-
     /// Takes a slot for a node about to be made in graph `graph`, with everything but its
     /// address: [`commit`](Self::commit) it with the address once the driver made the node, or
     /// [`cancel`](Self::cancel) it. Done before the driver call, under the same lock, so that
@@ -715,7 +697,10 @@ impl NodeTable {
         }
         match self.index.as_ref().and_then(|i| i.get(&(graph, raw))) {
             Some(&slot) => Self::serial(slot, self.slots[slot as usize].generation),
-            None => self.insert(graph, raw, &[], Owners::new(), &mut Vec::new(), born),
+            None => {
+                let r = self.reserve(graph, &[], Owners::new(), born);
+                self.commit(r, graph, raw, &mut Vec::new())
+            }
         }
     }
 
