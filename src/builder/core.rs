@@ -89,8 +89,8 @@ impl Core {
         let active = CaptureActive::new(Restricts::of(mode));
         let mut slot = self.stream.handle.slot();
         let mut tree = graph.lock();
-        if let Some(why) = &tree.broken {
-            return Err(Error::InvalidArgument(why.clone()));
+        if let Some(why) = tree.broken() {
+            return Err(Error::InvalidArgument(why.to_string()));
         }
         // SAFETY: stream and graph are live, the graph's tree is locked; no dependencies.
         unsafe {
@@ -103,7 +103,7 @@ impl Core {
                 mode,
             )
         }?;
-        tree.captures.insert(id, graph.id);
+        tree.add_capture(id, graph.id);
         *slot = Some(CaptureLink {
             graph: Arc::downgrade(&graph),
             id,
@@ -139,7 +139,7 @@ impl Core {
         // SAFETY: the stream is capturing into `graph` (typestate; `!Send` builders end on their
         // thread); the tree is locked.
         let ended = unsafe { driver::stream::end_capture(self.stream.raw(), &mut out) };
-        tree.captures.remove(&id);
+        tree.remove_capture(id);
         // The nodes this capture made were made at this epoch or earlier.
         tree.captured_epoch = tree.epoch;
         // Events and joined streams held for the capture; dropped once the locks are released
@@ -169,9 +169,9 @@ impl Core {
     /// parent owns, the whole tree is broken: instantiating it or destroying that node crashes
     /// inside the driver, so the crate refuses the first and leaks the root graph.
     fn capture_failed(graph: &GraphHandle, tree: &mut TreeState) {
-        tree.dead.insert(graph.id);
+        tree.mark_dead([graph.id]);
         if graph.is_body() {
-            tree.broken.get_or_insert_with(|| {
+            tree.break_with(|| {
                 "a conditional body's capture failed (it was invalidated, e.g. by a synchronize on its stream), and the driver destroyed the body graph: the graph holding that conditional node can no longer be instantiated, updated from, embedded or changed; capture it again".to_string()
             });
         } else {

@@ -49,7 +49,7 @@ fn exec_node(
         ));
     }
     let in_tree = node.graph == source.id
-        || tree.dead.contains(&node.graph)
+        || tree.dead().contains(&node.graph)
         || tree
             .conditionals
             .values()

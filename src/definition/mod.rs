@@ -319,7 +319,7 @@ impl GraphDefinition {
 /// Refuses a graph that a capture records into, or a body whose conditional node is gone.
 #[inline]
 pub(crate) fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
-    if tree.broken.is_none() && tree.captures.is_empty() && tree.dead.is_empty() {
+    if !tree.unusual() {
         // The common case, on every node added: nothing below can refuse.
         return Ok(());
     }
@@ -330,8 +330,8 @@ pub(crate) fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> 
 #[cold]
 #[inline(never)]
 fn check_usable_slow(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
-    if let Some(why) = &tree.broken {
-        return Err(Error::InvalidArgument(why.clone()));
+    if let Some(why) = tree.broken() {
+        return Err(Error::InvalidArgument(why.to_string()));
     }
     if tree.is_capturing_into(graph.id) {
         return Err(Error::InvalidArgument(

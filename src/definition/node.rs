@@ -342,7 +342,7 @@ pub(crate) fn forget_graphs(tree: &mut TreeState, mut owned: Vec<u64>) -> Vec<Ow
     let mut released = Vec::new();
     if !owned.is_empty() {
         released.extend(tree.nodes.remove_graphs(&owned));
-        tree.dead.extend(owned);
+        tree.mark_dead(owned);
     }
     released
 }
@@ -595,7 +595,7 @@ mod tests {
         assert!(born(&tree, &captured).unwrap() < exec_epoch);
         assert!(born(&tree, &after).unwrap() >= exec_epoch);
         // While a capture records, a node listed then counts as made now.
-        tree.captures.insert(9, 1);
+        tree.add_capture(9, 1);
         let during = token(&mut tree, 1, raw(0x400));
         assert!(born(&tree, &during).unwrap() >= exec_epoch);
         let _ = forget(&mut tree, 1, &before);
@@ -620,7 +620,7 @@ mod tests {
         tree.conditionals
             .insert((1, 0x100), CondRecord::with_bodies(&[7, 8]));
         let _ = forget(&mut tree, 1, &c);
-        assert!(tree.dead.contains(&7) && tree.dead.contains(&8));
+        assert!(tree.dead().contains(&7) && tree.dead().contains(&8));
     }
 
     #[test]
@@ -643,7 +643,7 @@ mod tests {
         let deeper = fresh1(&mut tree, 5, raw(0x500));
         let _ = forget(&mut tree, 1, &outer);
         for g in [2, 3, 4, 5] {
-            assert!(tree.dead.contains(&g), "graph {g} is dead");
+            assert!(tree.dead().contains(&g), "graph {g} is dead");
         }
         assert!(tree.conditionals.is_empty() && tree.embedded.is_empty());
         assert!(matches!(check(&tree, 3, &deep), Err(Error::DestroyedNode)));
@@ -708,6 +708,70 @@ mod tests {
         let _ = forget(&mut tree, 3, &reborn);
         assert!(watch_second.upgrade().is_none());
         assert!(tree.nodes.owners_of(3, reborn.raw, reborn.serial).is_none());
+    }
+
+    #[test]
+    fn uses_counted_among_the_recent_values_release_each_value_with_its_last_node() {
+        // Uses of the two values used last are counted beside them and added to the entries
+        // later: values taking turns (three, so each leaves the recent two with uses pending)
+        // must each go exactly when the last node using it goes, in any order.
+        use std::sync::{Arc, Weak};
+        let mut tree = TreeState::default();
+        let values: Vec<Arc<u32>> = (0..3).map(Arc::new).collect();
+        let watch: Vec<Weak<u32>> = values.iter().map(Arc::downgrade).collect();
+        let mut nodes: Vec<(usize, GraphNode)> = Vec::new();
+        for k in 0..60usize {
+            // Runs of one value, then another: 0 0 0 1 1 2 0 ...
+            let v = (k / 3 + k % 2) % 3;
+            let shared = [SharedRef::new(&values[v])];
+            let n = fresh(
+                &mut tree,
+                1,
+                raw(0x1000 + k),
+                &shared,
+                Owners::new(),
+                &mut Vec::new(),
+            );
+            nodes.push((v, n));
+        }
+        drop(values);
+        // Forget value by value, checking each release: the first value (used last, with uses
+        // pending) with nothing in between, the others with another value used between forgets.
+        for (round, v) in [2usize, 0, 1].into_iter().enumerate() {
+            let mine: Vec<GraphNode> = nodes
+                .iter()
+                .filter(|(w, _)| *w == v)
+                .map(|(_, n)| *n)
+                .collect();
+            assert!(mine.len() > 1);
+            for (i, n) in mine.iter().enumerate() {
+                assert!(
+                    watch[v].upgrade().is_some(),
+                    "value {v} is held while {} of its nodes live",
+                    mine.len() - i
+                );
+                drop(forget(&mut tree, 1, n));
+                if round == 0 {
+                    continue;
+                }
+                // Using another value between forgets moves the recent entries.
+                let other = Arc::new(99u32);
+                let t = fresh(
+                    &mut tree,
+                    1,
+                    raw(0x9000 + i),
+                    &[SharedRef::new(&other)],
+                    Owners::new(),
+                    &mut Vec::new(),
+                );
+                drop(forget(&mut tree, 1, &t));
+            }
+            assert!(
+                watch[v].upgrade().is_none(),
+                "value {v} went with its last node"
+            );
+        }
+        assert!(tree.snapshot().is_empty(), "no entry is left behind");
     }
 
     #[test]

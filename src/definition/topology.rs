@@ -204,7 +204,7 @@ impl GraphDefinition {
         let raw = node::check(&locked.tree, g.id, &node)?;
         refuse_if_memory_nodes(&locked.tree, g.id, "a node destroyed")?;
         if locked.tree.conditionals.contains_key(&(g.id, raw as usize))
-            && !locked.tree.captures.is_empty()
+            && !locked.tree.captures().is_empty()
         {
             // Destroying a conditional node frees its bodies, which a capture may record into
             // (a body builder still capturing, or leaked with `mem::forget`).

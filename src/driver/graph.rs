@@ -142,8 +142,10 @@ pub(crate) struct NodeTable {
     /// time); `(0, 0)` for none (graph ids start at 1).
     last_graph: (u64, u32),
     /// The two entries used last, newest first (the usual case: a chain of nodes launching
-    /// kernels of one module, on one buffer). Address 0: none (no value lives there).
-    last_shared: [(usize, u32); 2],
+    /// kernels of one module, on one buffer), with the uses counted since: a node adds its use
+    /// here, in the table's line, and the entry's own count (another line) is brought up to date
+    /// before anything reads it ([`flush_shared`](Self::flush_shared)).
+    last_shared: [RecentShared; 2],
     /// Values many nodes use (a kernel's module, a buffer), each held once with a count of the
     /// live nodes using it (see [`SharedRef`]); freed entries are reused.
     shared: Vec<SharedOwner>,
@@ -226,6 +228,15 @@ impl Shareable for Owner {
     fn owner(&self) -> Owner {
         self.clone()
     }
+}
+
+/// One of [`NodeTable::last_shared`]: an entry of [`NodeTable::shared`] used lately, and the
+/// uses of it counted here and not yet in the entry. Address 0: none (no value lives there).
+#[derive(Debug, Default, Clone, Copy)]
+struct RecentShared {
+    addr: usize,
+    entry: u32,
+    pending: u32,
 }
 
 /// An entry of [`NodeTable::shared`].
@@ -496,29 +507,36 @@ impl NodeTable {
     }
 
     /// Counts one more use of the value `r` names, holding it first if no node does yet;
-    /// returns its entry plus one.
+    /// returns its entry plus one. A value used lately is counted in [`last_shared`]
+    /// (Self::last_shared), without reading its entry.
     #[inline]
     fn share(&mut self, r: &SharedRef<'_>) -> u32 {
-        let [a, b] = self.last_shared;
-        let i = if a.0 == r.addr {
-            a.1
-        } else if b.0 == r.addr {
-            b.1
-        } else {
-            return self.share_slow(r);
-        };
-        match self.shared.get_mut(i as usize) {
-            Some(e) => {
-                e.uses += 1;
-                i + 1
+        for last in &mut self.last_shared {
+            if last.addr == r.addr && last.pending < u32::MAX {
+                last.pending += 1;
+                return last.entry + 1;
             }
-            None => self.share_slow(r),
+        }
+        self.share_slow(r)
+    }
+
+    /// Adds the uses counted in [`last_shared`](Self::last_shared) to their entries: done before
+    /// an entry's count is read or the recent entries change.
+    fn flush_shared(&mut self) {
+        for last in &mut self.last_shared {
+            if last.pending > 0 {
+                if let Some(e) = self.shared.get_mut(last.entry as usize) {
+                    e.uses += u64::from(last.pending);
+                }
+                last.pending = 0;
+            }
         }
     }
 
     /// [`share`](Self::share) for a value not used last.
     #[cold]
     fn share_slow(&mut self, r: &SharedRef<'_>) -> u32 {
+        self.flush_shared();
         let i = match self.shared_index.get(&r.addr).copied() {
             Some(i) => {
                 self.shared[i as usize].uses += 1;
@@ -546,7 +564,12 @@ impl NodeTable {
                 i
             }
         };
-        self.last_shared = [(r.addr, i), self.last_shared[0]];
+        let newest = RecentShared {
+            addr: r.addr,
+            entry: i,
+            pending: 0,
+        };
+        self.last_shared = [newest, self.last_shared[0]];
         i + 1
     }
 
@@ -555,6 +578,7 @@ impl NodeTable {
     /// (the entry is freed), else a new one.
     fn unshare(&mut self, id: u32) -> Option<Owner> {
         let i = id.checked_sub(1)?;
+        self.flush_shared();
         let entry = self.shared.get_mut(i as usize)?;
         // A freed entry gives nothing back (and is not freed twice).
         entry.owner.as_ref()?;
@@ -567,8 +591,8 @@ impl NodeTable {
         self.shared_index.remove(&addr);
         self.shared_free.push(i);
         for last in &mut self.last_shared {
-            if last.1 == i {
-                *last = (0, 0);
+            if last.entry == i {
+                *last = RecentShared::default();
             }
         }
         self.owners_chunk = None;
@@ -828,10 +852,15 @@ pub(crate) struct TreeState {
     /// nodes it was instantiated with from nodes added later.
     pub(crate) epoch: u64,
     /// The next slot of `recent` to overwrite.
-    recent_next: usize,
+    recent_next: u32,
+    /// Whether anything below can refuse a node: a capture records into the tree, a graph of it
+    /// is dead, or it is broken (`captures`, `dead` and `broken` are changed only through
+    /// methods that keep this flag). A node added explicitly reads this one byte in the lock's
+    /// line instead of three fields on two further lines.
+    unusual: bool,
     /// Graphs the driver freed: bodies whose conditional node was destroyed, and graphs a failed
     /// capture into destroyed.
-    pub(crate) dead: IdSet<u64>,
+    dead: IdSet<u64>,
     /// The addresses kept last (a small ring): a capture that launches the same kernel on the
     /// same buffers again and again skips the hash.
     recent: [usize; 4],
@@ -839,12 +868,12 @@ pub(crate) struct TreeState {
     /// Definitions refuse a graph being captured into; instantiation, update, embedding and
     /// cloning refuse the whole tree while any capture records (a leaked body builder's capture
     /// never ends).
-    pub(crate) captures: IdMap<u64, u64>,
+    captures: IdMap<u64, u64>,
     /// Why the tree can no longer be used, if the driver broke it: a conditional body's capture
     /// was invalidated, and the driver destroyed the body graph that a node of this tree owns.
     /// Instantiating, destroying the node, or destroying the root graph then crash inside the
     /// driver, so the crate refuses the first two and leaks the root graph.
-    pub(crate) broken: Option<String>,
+    broken: Option<String>,
     /// The epoch at which the latest capture into this tree ended: every node a capture made was
     /// made at or before it (while a capture records, [`TreeState::epoch`] is the bound).
     pub(crate) captured_epoch: u64,
@@ -898,6 +927,60 @@ impl TreeState {
         } else {
             self.epoch
         }
+    }
+
+    /// Whether anything can refuse a node: a capture records into the tree, a graph of it is
+    /// dead, or it is broken. `false` in the usual case, read from the lock's cache line.
+    #[inline]
+    pub(crate) fn unusual(&self) -> bool {
+        debug_assert_eq!(
+            self.unusual,
+            self.broken.is_some() || !self.captures.is_empty() || !self.dead.is_empty()
+        );
+        self.unusual
+    }
+
+    fn note_unusual(&mut self) {
+        self.unusual = self.broken.is_some() || !self.captures.is_empty() || !self.dead.is_empty();
+    }
+
+    /// Captures recording into graphs of this tree now: capture id → graph id.
+    pub(crate) fn captures(&self) -> &IdMap<u64, u64> {
+        &self.captures
+    }
+
+    /// Records that capture `id` records into graph `graph` from now on.
+    pub(crate) fn add_capture(&mut self, id: u64, graph: u64) {
+        self.captures.insert(id, graph);
+        self.note_unusual();
+    }
+
+    /// Records that capture `id` ended.
+    pub(crate) fn remove_capture(&mut self, id: u64) {
+        self.captures.remove(&id);
+        self.note_unusual();
+    }
+
+    /// Graphs of this tree that the driver freed.
+    pub(crate) fn dead(&self) -> &IdSet<u64> {
+        &self.dead
+    }
+
+    /// Records that the driver freed the graphs `ids`.
+    pub(crate) fn mark_dead(&mut self, ids: impl IntoIterator<Item = u64>) {
+        self.dead.extend(ids);
+        self.note_unusual();
+    }
+
+    /// Why the tree can no longer be used, if the driver broke it.
+    pub(crate) fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// Marks the tree broken with the reason `why` makes, unless it already is.
+    pub(crate) fn break_with(&mut self, why: impl FnOnce() -> String) {
+        self.broken.get_or_insert_with(why);
+        self.note_unusual();
     }
 
     /// Whether the driver freed `graph` or a graph it belongs to (a body's or child's owner).
@@ -966,8 +1049,8 @@ impl TreeState {
     /// [`keep_at`](Self::keep_at) for an address not among the recent ones.
     #[inline(never)]
     fn keep_new(&mut self, addr: usize, make: impl FnOnce() -> Owner) {
-        self.recent[self.recent_next] = addr;
-        self.recent_next = (self.recent_next + 1) % self.recent.len();
+        self.recent[self.recent_next as usize % self.recent.len()] = addr;
+        self.recent_next = (self.recent_next + 1) % self.recent.len() as u32;
         if self.kept.insert(addr) {
             self.pending.push(make());
         }

@@ -251,7 +251,7 @@ impl Stream {
                 if let Some(link) = joins {
                     if let Some(graph) = link.graph.upgrade() {
                         let mut tree = graph.lock();
-                        if tree.captures.contains_key(&link.id) {
+                        if tree.captures().contains_key(&link.id) {
                             if tree.is_dead(&graph) {
                                 return Err(Error::InvalidArgument(
                                     "the event was recorded into a capture whose graph the driver freed (a capture of its tree failed): waiting on it would join that capture".into(),
@@ -323,7 +323,7 @@ impl Stream {
                     Some(o) => lock_two(&graph, o),
                     None => (graph.lock(), None),
                 };
-                if tree.captures.contains_key(&id) {
+                if tree.captures().contains_key(&id) {
                     if tree.is_dead(&graph) {
                         // The driver freed the graph this capture records into (the parent's
                         // capture failed while a forgotten body still captured into it).
@@ -495,7 +495,7 @@ impl Stream {
             self.handle.ctx.bind_cached()?;
             let mut tree = own.graph.lock();
             // Only the builder's own end removes its capture, and it is borrowed for this.
-            debug_assert!(tree.captures.contains_key(&own.id));
+            debug_assert!(tree.captures().contains_key(&own.id));
             if tree.is_dead(own.graph) {
                 return Err(dead_capture());
             }
