@@ -631,7 +631,9 @@ impl GraphDefinition {
         let graph = self.handle();
         params.check_device(graph.ctx.device)?;
         params.check_handles(graph)?;
-        graph.ctx.bind_cached()?;
+        // Asked of the driver: a kernel node's parameters with no context current crash it (see
+        // `add_kernel_params`).
+        graph.ctx.bind_checked()?;
         let NodeParams {
             raw, mut owners, ..
         } = params;

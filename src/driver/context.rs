@@ -48,6 +48,11 @@ entry_point! {
     )
 }
 
+entry_point! {
+    /// `cuCtxGetCurrent`'s C signature, as the bindings declare it.
+    CtxGetCurrentFn = cuCtxGetCurrent(*mut sys::CUcontext)
+}
+
 /// The driver entry points a captured launch and an explicit kernel node call, as pointers held
 /// beside the context handle those paths read anyway. Calling through the bindings instead reads
 /// the wrapper's own cached pointer, and the crate's check that the entry point exists reads a
@@ -59,6 +64,7 @@ entry_point! {
 pub(crate) struct HotEntryPoints {
     pub(crate) launch_kernel: Option<LaunchKernelFn>,
     pub(crate) add_kernel_node: Option<AddKernelNodeFn>,
+    pub(crate) ctx_get_current: Option<CtxGetCurrentFn>,
 }
 
 impl HotEntryPoints {
@@ -81,6 +87,10 @@ impl HotEntryPoints {
                     .map(|f| *f),
                 add_kernel_node: lib
                     .get::<AddKernelNodeFn>(b"cuGraphAddKernelNode_v2\0")
+                    .ok()
+                    .map(|f| *f),
+                ctx_get_current: lib
+                    .get::<CtxGetCurrentFn>(b"cuCtxGetCurrent\0")
                     .ok()
                     .map(|f| *f),
             }
@@ -192,7 +202,32 @@ impl PrimaryContext {
     /// memsets and captures of them on a stream of context A succeed and run with context B, or
     /// none, current), so if other code changed the current context since, the work is still
     /// right. Calls that use the current context itself (allocation, module loads, creating
-    /// streams and events, instantiation) use `bind`, which asks the driver every time.
+    /// streams and events, instantiation) use `bind`, which asks the driver every time; so do
+    /// kernel nodes of a definition (adding one, setting its parameters): the driver crashes
+    /// making one with no context current (measured on driver 13.0, whatever context the
+    /// parameters name), which other code can leave behind by destroying or popping its own
+    /// context. With another context current they are made right.
+    /// [`bind`](Self::bind) for kernel nodes of a definition, which the driver crashes making
+    /// with no context current (see [`bind_cached`](Self::bind_cached)): asks the driver which
+    /// context is current, through the entry point the context holds, and binds this one if it
+    /// is not. One driver call, with no further work where the crate bound this context on this
+    /// thread last and it is still current.
+    #[inline]
+    pub(crate) fn bind_checked(&self) -> Result<()> {
+        if BOUND.with(|b| b.get()) == self.raw as usize {
+            if let Some(get) = self.hot.ctx_get_current {
+                let mut current = std::ptr::null_mut();
+                // SAFETY: `current` is a valid out pointer; `get` is the entry point (see
+                // `HotEntryPoints`).
+                let r = unsafe { get(&mut current) };
+                if r == sys::CUresult::CUDA_SUCCESS && current == self.raw {
+                    return Ok(());
+                }
+            }
+        }
+        self.bind()
+    }
+
     #[inline]
     pub(crate) fn bind_cached(&self) -> Result<()> {
         if BOUND.with(|b| b.get()) == self.raw as usize {

@@ -29,6 +29,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         raw_buffer_is_held_like_an_allocation_until_the_last_use,
     ),
     (
+        "interop::kernel_nodes_are_made_after_other_code_left_no_context_current",
+        Needs::Gpu,
+        kernel_nodes_are_made_after_other_code_left_no_context_current,
+    ),
+    (
         "interop::cublas_gemm_between_two_kernels_in_one_graph",
         Needs::Cublas,
         cublas_gemm_between_two_kernels_in_one_graph,
@@ -207,6 +212,49 @@ fn raw_kernel_in_a_capture_and_a_definition(gpu: &Gpu) -> TestResult {
         eventually(|| dropped.load(Ordering::SeqCst)),
         "the module's owner is dropped after the last exec"
     );
+    Ok(())
+}
+
+/// Leaves no context current on this thread, as a library that destroyed or popped its own
+/// context does, behind the crate's record of what it bound last.
+fn unset_current() -> TestResult {
+    // SAFETY: setting no context is always allowed.
+    check(
+        unsafe { sys::cuCtxSetCurrent(std::ptr::null_mut()) },
+        "cuCtxSetCurrent",
+    )?;
+    Ok(())
+}
+
+fn kernel_nodes_are_made_after_other_code_left_no_context_current(gpu: &Gpu) -> TestResult {
+    // The driver crashes making a kernel node with no context current (driver 13.0), so the
+    // crate asks the driver for it instead of trusting its own record on this path.
+    let k = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let typed = {
+        // SAFETY: add_one(int*) touches p[0] of the one-int buffer.
+        unsafe { gpu.module.kernel::<(*mut i32,)>("add_one")? }
+    };
+    let def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: add_one(int*).
+    let first = unsafe { def.add_kernel_unchecked(&[], &k, one(), &args![&buf])? };
+    unset_current()?;
+    // SAFETY: as above.
+    let second = unsafe { def.add_kernel_unchecked(&[&first], &k, one(), &args![&buf])? };
+    unset_current()?;
+    let third = def.add_kernel(&[&second], &typed, one(), &buf)?;
+    unset_current()?;
+    // SAFETY: as above.
+    def.set_params(&third, unsafe {
+        NodeParams::kernel_unchecked(&k, one(), args![&buf])
+    })?;
+    unset_current()?;
+    let g = def.instantiate()?;
+    unset_current()?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [3], "each of the three nodes ran once");
     Ok(())
 }
 
