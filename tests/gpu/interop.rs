@@ -34,6 +34,16 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         kernel_nodes_are_made_after_other_code_left_no_context_current,
     ),
     (
+        "interop::every_operation_survives_other_code_leaving_no_context_current",
+        Needs::Gpu,
+        every_operation_survives_other_code_leaving_no_context_current,
+    ),
+    (
+        "interop::every_operation_survives_other_code_leaving_another_context_current",
+        Needs::Gpu,
+        every_operation_survives_other_code_leaving_another_context_current,
+    ),
+    (
         "interop::cublas_gemm_between_two_kernels_in_one_graph",
         Needs::Cublas,
         cublas_gemm_between_two_kernels_in_one_graph,
@@ -255,6 +265,153 @@ fn kernel_nodes_are_made_after_other_code_left_no_context_current(gpu: &Gpu) -> 
     g.launch(&s)?;
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [3], "each of the three nodes ran once");
+    Ok(())
+}
+
+fn every_operation_survives_other_code_leaving_no_context_current(gpu: &Gpu) -> TestResult {
+    // Another library destroyed or popped its own context before each operation.
+    every_operation_after(gpu, "no context current", &unset_current)
+}
+
+fn every_operation_survives_other_code_leaving_another_context_current(gpu: &Gpu) -> TestResult {
+    // Another library made its own context current before each operation.
+    let mut other = std::ptr::null_mut();
+    // SAFETY: `other` is a valid out pointer; device 0 exists (the crate opened it).
+    check(
+        unsafe { sys::cuCtxCreate_v2(&mut other, 0, 0) },
+        "cuCtxCreate_v2",
+    )?;
+    let other = other as usize;
+    let leave = move || -> TestResult {
+        // SAFETY: `other` lives until it is destroyed below, after the last use.
+        check(
+            unsafe { sys::cuCtxSetCurrent(other as sys::CUcontext) },
+            "cuCtxSetCurrent",
+        )?;
+        Ok(())
+    };
+    let result = every_operation_after(gpu, "another context current", &leave);
+    // SAFETY: made above; nothing of the crate's uses it.
+    check(
+        unsafe { sys::cuCtxDestroy_v2(other as sys::CUcontext) },
+        "cuCtxDestroy_v2",
+    )?;
+    result
+}
+
+/// Runs every kind of operation, each after `leave` changed the current context behind the
+/// crate's back: each must work (or return an error), never crash. A crash kills the suite; the
+/// last step printed names the operation.
+fn every_operation_after(gpu: &Gpu, what: &str, leave: &dyn Fn() -> TestResult) -> TestResult {
+    let step = |op: &str| -> TestResult {
+        eprintln!("{what}: {op}");
+        leave()
+    };
+    // SAFETY: add_one(int*) touches p[0] of the buffers it is given.
+    let typed = unsafe { gpu.module.kernel::<(*mut i32,)>("add_one")? };
+    let k = gpu.f("add_one");
+    let s = gpu.stream();
+    step("alloc")?;
+    let buf = gpu.device.alloc_zeroed::<i32>(4)?;
+    let other = gpu.device.alloc_zeroed::<i32>(4)?;
+    step("event")?;
+    let event = gpu.device.create_event()?;
+    step("launch")?;
+    s.launch(&typed, one(), &buf)?;
+    step("launch_unchecked")?;
+    // SAFETY: add_one(int*).
+    unsafe { s.launch_unchecked(&k, one(), &args![&buf])? };
+    step("memset")?;
+    s.memset_d8(&other, 0)?;
+    step("memcpy_dtod")?;
+    s.memcpy_dtod(&other, &buf)?;
+    step("record")?;
+    s.record(&event)?;
+    step("wait")?;
+    s.wait(&event)?;
+    step("synchronize")?;
+    s.synchronize()?;
+    step("to_vec")?;
+    assert_eq!(buf.to_vec()?[0], 2);
+    step("capture")?;
+    let b = s.create_graph_builder().begin_building(Relaxed)?;
+    step("captured launch")?;
+    b.launch(&typed, one(), &buf)?;
+    step("end capture")?;
+    let captured = b.end_building()?;
+    step("instantiate the capture")?;
+    let captured = captured.instantiate()?;
+
+    step("definition")?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    step("add_kernel")?;
+    let a = def.add_kernel(&[], &typed, one(), &buf)?;
+    step("add_memset")?;
+    let m = def.add_memset(&[&a], &other, 0)?;
+    step("add_memcpy")?;
+    let c = def.add_memcpy(&[&m], &other, &buf)?;
+    step("add_empty")?;
+    let e = def.add_empty(&[&c])?;
+    step("join")?;
+    let j = def.join(&[&e, &c])?;
+    step("add_event_record")?;
+    let r = def.add_event_record(&[&j], &event)?;
+    step("add_event_wait")?;
+    let w = def.add_event_wait(&[&r], &event)?;
+    step("add_host_callback")?;
+    let (h, _calls) = def.add_host_callback(&[&w], || {})?;
+    step("add_child_graph")?;
+    let child = GraphDefinition::new(&gpu.device)?;
+    child.add_kernel(&[], &typed, one(), &buf)?;
+    def.add_child_graph(&[&h], &child)?;
+    step("add_edge")?;
+    let spare = def.add_empty(&[])?;
+    def.add_edge(&spare, &a)?;
+    step("remove_edge")?;
+    def.remove_edge(&spare, &a)?;
+    step("destroy_node")?;
+    def.destroy_node(spare)?;
+    step("nodes")?;
+    assert_eq!(def.nodes()?.len(), 9);
+    step("set_params")?;
+    def.set_params(&m, NodeParams::memset(&other, 0)?)?;
+    step("instantiate")?;
+    let mut g = def.instantiate()?;
+    step("exec set_params")?;
+    g.set_params(&a, NodeParams::kernel(&typed, one(), &buf)?)?;
+    step("upload")?;
+    g.upload(&s)?;
+    step("graph launch")?;
+    g.launch(&s)?;
+    step("captured graph launch")?;
+    captured.launch(&s)?;
+    step("update")?;
+    let copy = def.try_clone()?;
+    g.update(&copy)?;
+    step("graph launch after update")?;
+    g.launch(&s)?;
+    step("a second definition")?;
+    let mem = GraphDefinition::new(&gpu.device)?;
+    step("add_mem_alloc")?;
+    let (alloc_node, alloc) = mem.add_mem_alloc(&[], 256)?;
+    step("add_mem_free")?;
+    let free = mem.add_mem_free(&[&alloc_node], alloc)?;
+    step("create_conditional_handle")?;
+    // Conditional nodes need driver 12.3: an older driver's error is fine here.
+    if let Ok(handle) = mem.create_conditional_handle(Some(0)) {
+        step("add_if")?;
+        let (_cond, body) = mem.add_if(&[&free], &handle)?;
+        step("a body's add_kernel")?;
+        body.add_kernel(&[], &typed, one(), &buf)?;
+    }
+    step("instantiate the second")?;
+    let mem = mem.instantiate()?;
+    step("launch the second")?;
+    mem.launch(&s)?;
+    step("synchronize")?;
+    s.synchronize()?;
+    step("read back")?;
+    assert!(buf.to_vec()?[0] > 2, "the graphs ran");
     Ok(())
 }
 
