@@ -24,6 +24,7 @@
 //! | --- | --- | --- |
 //! | `capture/Global`, `/ThreadLocal`, `/Relaxed` | `stream.create_graph_builder().begin_building(M)` on an existing stream, n × `launch(empty_kernel)`, `end_building()`, drop | `cuGraphCreate`, `cuStreamBeginCaptureToGraph(M)` (how the library captures, into its own graph), n × `cuLaunchKernel`, `cuStreamEndCapture`, `cuGraphDestroy` |
 //! | `capture+buf/Global` | the same with `add_one(int*)`, `&KernelArgs::new().arg(&buf)` per launch (one buffer for all) | the same with a one-entry `kernelParams` array |
+//! | `capture+typed/Global` | the same through the typed kernel: `launch(&add_one, config, &buf)`, the buffer borrowed (no `KernelArgs`) | as `capture+buf` |
 //! | `instantiate` | `ended.instantiate()` of a captured n-node graph, drop the `Graph` | `cuGraphInstantiateWithParams`, `cuGraphExecDestroy` |
 //! | `replay` | `graph.launch(&stream)`, `stream.synchronize()` (n-node exec) | `cuGraphLaunch`, `cuStreamSynchronize` |
 //! | `update` | `graph.update(&other)`, alternately from two ended builders of n `add_one` launches on two buffers (same topology) | `cuGraphExecUpdate_v2`, alternately from two graphs |
@@ -291,6 +292,7 @@ impl Mode {
 enum Case {
     Capture(Mode),
     CaptureBuffer,
+    CaptureTyped,
     Instantiate,
     Replay,
     Update,
@@ -298,11 +300,12 @@ enum Case {
     StreamLaunch,
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     Case::Capture(Mode::Global),
     Case::Capture(Mode::ThreadLocal),
     Case::Capture(Mode::Relaxed),
     Case::CaptureBuffer,
+    Case::CaptureTyped,
     Case::Instantiate,
     Case::Replay,
     Case::Update,
@@ -317,6 +320,7 @@ impl Case {
             Case::Capture(Mode::ThreadLocal) => "capture/ThreadLocal",
             Case::Capture(Mode::Relaxed) => "capture/Relaxed",
             Case::CaptureBuffer => "capture+buf/Global",
+            Case::CaptureTyped => "capture+typed/Global",
             Case::Instantiate => "instantiate",
             Case::Replay => "replay",
             Case::Update => "update",
@@ -343,6 +347,7 @@ struct Lib {
     stream: Stream,
     empty: Function,
     add_one: Function,
+    add_one_typed: Kernel<(*mut i32,)>,
     buf_a: DeviceBuffer<i32>,
     buf_b: DeviceBuffer<i32>,
 }
@@ -352,6 +357,8 @@ struct Lib {
 enum Work<'a> {
     Empty,
     AddOne(&'a DeviceBuffer<i32>),
+    /// `add_one` through its typed kernel: the buffer is borrowed, no `KernelArgs` is built.
+    Typed(&'a DeviceBuffer<i32>),
 }
 
 impl Lib {
@@ -361,6 +368,8 @@ impl Lib {
             stream: device.create_stream()?,
             empty: module.function("empty_kernel")?,
             add_one: module.function("add_one")?,
+            // SAFETY: add_one(int* p) writes p[0]; every buffer given holds one int.
+            add_one_typed: unsafe { module.kernel::<(*mut i32,)>("add_one")? },
             buf_a: device.alloc_zeroed::<i32>(1)?,
             buf_b: device.alloc_zeroed::<i32>(1)?,
             device,
@@ -402,6 +411,7 @@ impl Lib {
                         &KernelArgs::new().arg(buf),
                     )?
                 },
+                Work::Typed(buf) => b.launch(&self.add_one_typed, LaunchConfig::single(), buf)?,
             }
         }
         b.end_building()
@@ -862,6 +872,10 @@ impl<'a> Pair<'a> {
                 lib.capture(Mode::Global, n, Work::AddOne(&lib.buf_a))
                     .map(drop)
             }),
+            (Case::CaptureTyped, _) => timed(|| {
+                lib.capture(Mode::Global, n, Work::Typed(&lib.buf_a))
+                    .map(drop)
+            }),
             (Case::Instantiate, Prepared::Instantiate { lib: ended, .. }) => {
                 timed(|| ended.instantiate_with(&opts).map(drop))
             }
@@ -903,7 +917,7 @@ impl<'a> Pair<'a> {
         raw.bind()?;
         match (case, prep) {
             (Case::Capture(mode), _) => timed(|| raw.capture(mode, n, RawWork::Empty)?.destroy()),
-            (Case::CaptureBuffer, _) => timed(|| {
+            (Case::CaptureBuffer | Case::CaptureTyped, _) => timed(|| {
                 raw.capture(Mode::Global, n, RawWork::AddOne(raw.buf_a))?
                     .destroy()
             }),

@@ -492,7 +492,17 @@ impl Stream {
     ) -> Result<()> {
         if let Some(own) = own {
             check(Some(own.graph))?;
-            self.handle.ctx.bind_cached()?;
+            // No context is bound for a stream of its own: the driver captures a launch on a
+            // stream in the stream's context whichever context is current, or none (driver
+            // 13.0, the GPU tests `every_operation_survives_other_code_leaving_*`), and a
+            // builder cannot be on a host callback's thread (it is not `Send`, and beginning a
+            // capture there is refused), which is what binding would refuse. Reading this
+            // thread's record of the bound context cost two cache lines per launch. The
+            // special handles (the legacy and per-thread default streams, 0 to 2, which a
+            // borrowed stream can be) name a stream of the current context: they bind.
+            if (self.raw() as usize) <= 2 {
+                self.handle.ctx.bind_cached()?;
+            }
             let mut tree = own.graph.lock();
             // Only the builder's own end removes its capture, and it is borrowed for this.
             debug_assert!(tree.captures().contains_key(&own.id));
@@ -506,9 +516,11 @@ impl Stream {
                     super::OwnerRef::Other(owner) => tree.keep_dyn(owner),
                 }
             }
-            // SAFETY: the context is current (bound above); the rest is the caller's promise
-            // (the driver copies the argument bytes during the call). The same call as in the
-            // other path below, written twice: a shared closure cost 8 instructions per launch.
+            // SAFETY: the stream is the builder's, capturing (a stream of its own runs the
+            // launch in its context whatever is current; a special handle's context was bound
+            // above); the rest is the caller's promise (the driver copies the
+            // argument bytes during the call). The same call as in the other path below,
+            // written twice: a shared closure cost 8 instructions per launch.
             return unsafe {
                 driver::stream::launch_kernel(
                     &self.handle.ctx,
