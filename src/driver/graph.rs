@@ -844,9 +844,9 @@ impl CondRecord {
 #[repr(C)]
 pub(crate) struct TreeState {
     // Laid out in declaration order (`repr(C)`) behind the lock word, in `GraphHandle`'s first
-    // line (`epoch`, `recent_next`); then a line of what a captured launch reads (`dead`,
-    // `recent`); then what an explicit node checks (`captures`, `broken`); then the node
-    // table's two hot lines. Checked below.
+    // line (`epoch`, `recent_next`, `unusual`: what an explicit node checks); then a line of
+    // what a captured launch reads (`dead`, `recent`); then `captures` and `broken`, read only
+    // when `unusual` is set; then the node table's two hot lines. Checked below.
     /// Counts instantiations of this tree: each exec records the epoch it was made at, and each
     /// node the epoch it was made at (see [`NodeTable::born`]), so that an exec can tell the
     /// nodes it was instantiated with from nodes added later.

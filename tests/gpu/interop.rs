@@ -375,6 +375,13 @@ fn every_operation_after(gpu: &Gpu, what: &str, leave: &dyn Fn() -> TestResult) 
     assert_eq!(def.nodes()?.len(), 9);
     step("set_params")?;
     def.set_params(&m, NodeParams::memset(&other, 0)?)?;
+    for n in def.nodes()? {
+        step("inspect")?;
+        def.inspect(&n)?;
+    }
+    step("node_info")?;
+    let info = def.node_info(&a)?;
+    assert_eq!(info.arg::<u64>(0), Some(buf.device_ptr()));
     step("instantiate")?;
     let mut g = def.instantiate()?;
     step("exec set_params")?;
@@ -403,6 +410,10 @@ fn every_operation_after(gpu: &Gpu, what: &str, leave: &dyn Fn() -> TestResult) 
         let (_cond, body) = mem.add_if(&[&free], &handle)?;
         step("a body's add_kernel")?;
         body.add_kernel(&[], &typed, one(), &buf)?;
+    }
+    for n in mem.nodes()? {
+        step("inspect the second's nodes")?;
+        mem.inspect(&n)?;
     }
     step("instantiate the second")?;
     let mem = mem.instantiate()?;
