@@ -309,7 +309,7 @@ impl NodeTable {
     /// [`cancel`](Self::cancel) it. Done before the driver call, under the same lock, so that
     /// after the call a node writes one slot (the driver's work between the two evicts what the
     /// crate touched, and every line touched again is read again).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn reserve(
         &mut self,
         graph: u64,
