@@ -586,9 +586,7 @@ impl GraphDefinition {
         crate::runtime::with_refs(&args, self.handle().ctx.device, |refs| {
             refs.check_device("graph")?;
             refs.check_target(Some(self.handle()))?;
-            // No context in the parameters: the driver takes the function's (the field is
-            // ignored when `func` is set), as the raw calls the crate is measured against do.
-            let params = config.kernel_node_params(function, refs.params(), std::ptr::null_mut());
+            let params = config.kernel_node_params(function, refs.params());
             if let [one] = refs.owners.as_slice() {
                 let extra = one.shared();
                 // SAFETY: as below.
@@ -634,12 +632,7 @@ impl GraphDefinition {
     ) -> Result<KernelNode> {
         self.same_device(function.device, "kernel's module")?;
         let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
-        // No context in the parameters, as in `add_kernel`.
-        let params = config.kernel_node_params(
-            function,
-            args.fill_pointers(&mut ptrs, &mut spill),
-            std::ptr::null_mut(),
-        );
+        let params = config.kernel_node_params(function, args.fill_pointers(&mut ptrs, &mut spill));
         if let [one] = args.keep.as_slice() {
             let extra = SharedRef::new(one);
             // SAFETY: as below.

@@ -466,11 +466,8 @@ impl RawParams {
                     args,
                 } = &**kernel;
                 let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
-                let params = config.kernel_node_params(
-                    function,
-                    args.fill_pointers(&mut ptrs, &mut spill),
-                    ctx,
-                );
+                let params =
+                    config.kernel_node_params(function, args.fill_pointers(&mut ptrs, &mut spill));
                 match target {
                     // SAFETY: the caller's promises; `ptrs` points into `args`, which outlives the
                     // call (the driver copies the values); the constructor's caller promised the

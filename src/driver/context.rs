@@ -194,23 +194,11 @@ impl PrimaryContext {
         Ok(())
     }
 
-    /// [`bind`](Self::bind) for calls whose context comes with their operands, with no driver
-    /// call when this crate made the context current on this thread last: work on a stream
-    /// (launches, memsets, copies, event records and waits, host functions, graph launches) and
-    /// graph edits (the node parameters name their context). The driver runs work on a stream in
-    /// the stream's context whichever context is current (measured on driver 13.0: launches,
-    /// memsets and captures of them on a stream of context A succeed and run with context B, or
-    /// none, current), so if other code changed the current context since, the work is still
-    /// right. Calls that use the current context itself (allocation, module loads, creating
-    /// streams and events, instantiation) use `bind`, which asks the driver every time; so do
-    /// kernel nodes of a definition (adding one, setting its parameters): the driver crashes
-    /// making one with no context current (measured on driver 13.0, whatever context the
-    /// parameters name), which other code can leave behind by destroying or popping its own
-    /// context. With another context current they are made right.
     /// [`bind`](Self::bind) for kernel nodes of a definition, which the driver crashes making
-    /// with no context current (see [`bind_cached`](Self::bind_cached)): asks the driver which
-    /// context is current, through the entry point the context holds, and binds this one if it
-    /// is not. One driver call, with no further work where the crate bound this context on this
+    /// with no context current (see [`bind_cached`](Self::bind_cached)), and for work on the
+    /// special default-stream handles, which name a stream of the current context: asks the
+    /// driver which context is current, through the entry point the context holds, and binds
+    /// this one if it is not. One driver call, with no further work where the crate bound this context on this
     /// thread last and it is still current.
     #[inline]
     pub(crate) fn bind_checked(&self) -> Result<()> {
@@ -228,6 +216,20 @@ impl PrimaryContext {
         self.bind()
     }
 
+    /// [`bind`](Self::bind) for calls whose context comes with their operands, with no driver
+    /// call when this crate made the context current on this thread last: work on a stream
+    /// (launches, memsets, copies, event records and waits, host functions, graph launches) and
+    /// graph edits (the node parameters name their context). The driver runs work on a stream in
+    /// the stream's context whichever context is current (measured on driver 13.0: launches,
+    /// memsets and captures of them on a stream of context A succeed and run with context B, or
+    /// none, current), so if other code changed the current context since, the work is still
+    /// right (except on the special default-stream handles, see `Stream::bind_for_work`). Calls
+    /// that use the current context itself (allocation, module loads, creating streams and
+    /// events, instantiation) use `bind`, which asks the driver every time; kernel nodes of a
+    /// definition (adding one, setting its parameters) use `bind_checked`: the driver crashes
+    /// making one with no context current (measured on driver 13.0, whatever context the
+    /// parameters name), which other code can leave behind by destroying or popping its own
+    /// context. With another context current they are made right.
     #[inline]
     pub(crate) fn bind_cached(&self) -> Result<()> {
         if BOUND.with(|b| b.get()) == self.raw as usize {

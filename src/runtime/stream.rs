@@ -308,6 +308,21 @@ impl Stream {
         self.enqueue(op)
     }
 
+    /// Binds the stream's context for work on it, refusing a host callback's thread. For a
+    /// stream of its own, the thread's record of what the crate bound last is enough: the driver
+    /// runs work on a stream in the stream's context whichever context is current (see DESIGN,
+    /// "Which calls need a current context"). The special handles (the legacy and per-thread
+    /// default streams, 0 to 2, which a borrowed stream can be) name a stream of the *current*
+    /// context, so for them the driver is asked.
+    #[inline]
+    fn bind_for_work(&self) -> Result<()> {
+        if (self.raw() as usize) <= 2 {
+            self.handle.ctx.bind_checked()
+        } else {
+            self.handle.ctx.bind_cached()
+        }
+    }
+
     /// [`enqueue`](Self::enqueue), also locking `other`'s tree (in the fixed order of
     /// [`lock_two`]) when the stream captures: for work that reads another graph (`add_child_graph`).
     pub(crate) fn enqueue_with<R>(
@@ -315,7 +330,7 @@ impl Stream {
         other: Option<&GraphHandle>,
         op: impl FnOnce(&mut Recording<'_>) -> Result<R>,
     ) -> Result<R> {
-        self.handle.ctx.bind_cached()?;
+        self.bind_for_work()?;
         let mut slot = self.handle.slot();
         if let Some((graph, id)) = slot.as_ref().map(|l| (l.graph.upgrade(), l.id)) {
             if let Some(graph) = graph {
@@ -492,17 +507,9 @@ impl Stream {
     ) -> Result<()> {
         if let Some(own) = own {
             check(Some(own.graph))?;
-            // No context is bound for a stream of its own: the driver captures a launch on a
-            // stream in the stream's context whichever context is current, or none (driver
-            // 13.0, the GPU tests `every_operation_survives_other_code_leaving_*`), and a
-            // builder cannot be on a host callback's thread (it is not `Send`, and beginning a
-            // capture there is refused), which is what binding would refuse. Reading this
-            // thread's record of the bound context cost two cache lines per launch. The
-            // special handles (the legacy and per-thread default streams, 0 to 2, which a
-            // borrowed stream can be) name a stream of the current context: they bind.
-            if (self.raw() as usize) <= 2 {
-                self.handle.ctx.bind_cached()?;
-            }
+            // Binding also refuses a host callback's thread: a builder can be there (a
+            // `Relaxed` one is `Send` and `Sync`, a `Global` one `Sync`).
+            self.bind_for_work()?;
             let mut tree = own.graph.lock();
             // Only the builder's own end removes its capture, and it is borrowed for this.
             debug_assert!(tree.captures().contains_key(&own.id));
@@ -516,9 +523,7 @@ impl Stream {
                     super::OwnerRef::Other(owner) => tree.keep_dyn(owner),
                 }
             }
-            // SAFETY: the stream is the builder's, capturing (a stream of its own runs the
-            // launch in its context whatever is current; a special handle's context was bound
-            // above); the rest is the caller's promise (the driver copies the
+            // SAFETY: the stream's context is bound (`bind_for_work`); the rest is the caller's promise (the driver copies the
             // argument bytes during the call). The same call as in the other path below,
             // written twice: a shared closure cost 8 instructions per launch.
             return unsafe {
@@ -547,7 +552,7 @@ impl Stream {
                     super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
                 }
             }
-            // SAFETY: the context is current (bound by `enqueue`); the rest is the caller's
+            // SAFETY: the stream's context is bound (by `enqueue`); the rest is the caller's
             // promise above (the driver copies the argument bytes during the call).
             unsafe {
                 driver::stream::launch_kernel(

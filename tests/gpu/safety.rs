@@ -87,6 +87,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         conditional_exec_drops_beside_global_captures,
     ),
     (
+        "safety::a_builders_launch_inside_a_host_callback_is_an_error",
+        Needs::Gpu,
+        a_builders_launch_inside_a_host_callback_is_an_error,
+    ),
+    (
         "safety::crate_calls_inside_a_host_callback_are_errors",
         Needs::Gpu,
         crate_calls_inside_a_host_callback_are_errors,
@@ -868,6 +873,50 @@ fn crate_calls_inside_a_host_callback_are_errors(gpu: &Gpu) -> TestResult {
         eventually(|| watch.is_released()),
         "the graph dropped in the callback is released"
     );
+    Ok(())
+}
+
+/// A builder shared with a host callback (a `Relaxed` one is `Send` and `Sync`): launching
+/// through it inside the callback, on the driver's thread, is refused like any other call
+/// there, and the builder records nothing.
+fn a_builders_launch_inside_a_host_callback_is_an_error(gpu: &Gpu) -> TestResult {
+    // SAFETY: add_one(int*) touches p[0] of the one-int buffer.
+    let k = unsafe { gpu.module.kernel::<(*mut i32,)>("add_one")? };
+    let buf = Arc::new(gpu.device.alloc_zeroed::<i32>(1)?);
+    let shared = Arc::new(
+        gpu.stream()
+            .create_graph_builder()
+            .begin_building(Relaxed)?,
+    );
+    let (tx, rx) = mpsc::channel();
+    let outer = {
+        let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+        let (inner, k, buf) = (shared.clone(), k.clone(), buf.clone());
+        b.add_host_callback(move || {
+            let _ = tx.send(format!("{:?}", inner.launch(&k, one(), &*buf)));
+        })?;
+        complete(b.end_building()?)?
+    };
+    let s = gpu.device.create_stream()?;
+    within(20, "a callback launching through a builder", move || {
+        outer.launch(&s).map_err(|e| e.to_string())?;
+        s.synchronize().map_err(|e| e.to_string())
+    })?;
+    let said = rx.recv_timeout(Duration::from_secs(10))?;
+    assert!(said.contains("inside a host callback"), "{said}");
+    // The callback's state (holding a reference) goes with its exec, on the release thread.
+    assert!(
+        eventually(|| Arc::strong_count(&shared) == 1),
+        "the callback's reference is dropped with its exec"
+    );
+    let ended = Arc::into_inner(shared)
+        .ok_or("the builder is still shared")?
+        .end_building()?;
+    let graph = ended.instantiate()?;
+    let s = gpu.stream();
+    graph.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [0], "the refused launch was not recorded");
     Ok(())
 }
 
