@@ -44,6 +44,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         every_operation_survives_other_code_leaving_another_context_current,
     ),
     (
+        "interop::the_per_thread_default_stream_is_bound_even_after_other_code_bound_another_context",
+        Needs::Gpu,
+        the_per_thread_default_stream_is_bound_even_after_other_code_bound_another_context,
+    ),
+    (
         "interop::cublas_gemm_between_two_kernels_in_one_graph",
         Needs::Cublas,
         cublas_gemm_between_two_kernels_in_one_graph,
@@ -225,6 +230,37 @@ fn raw_kernel_in_a_capture_and_a_definition(gpu: &Gpu) -> TestResult {
     Ok(())
 }
 
+/// Makes the context current when made current again when dropped (also when a test fails
+/// halfway), so that later tests on this thread start as they would have.
+struct RestoreCurrent(usize);
+
+impl RestoreCurrent {
+    fn new() -> Result<Self, String> {
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: `ctx` is a valid out pointer.
+        check(unsafe { sys::cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")?;
+        Ok(RestoreCurrent(ctx as usize))
+    }
+}
+
+impl Drop for RestoreCurrent {
+    fn drop(&mut self) {
+        // SAFETY: the context was current when this was made and is retained by the crate's
+        // handles (the test's `Gpu`), which outlive this guard.
+        unsafe { sys::cuCtxSetCurrent(self.0 as sys::CUcontext) };
+    }
+}
+
+/// A context the test made (`cuCtxCreate`), destroyed when dropped.
+struct OtherContext(usize);
+
+impl Drop for OtherContext {
+    fn drop(&mut self) {
+        // SAFETY: made by the test, used by nothing of the crate's, destroyed once.
+        unsafe { sys::cuCtxDestroy_v2(self.0 as sys::CUcontext) };
+    }
+}
+
 /// Leaves no context current on this thread, as a library that destroyed or popped its own
 /// context does, behind the crate's record of what it bound last.
 fn unset_current() -> TestResult {
@@ -239,6 +275,7 @@ fn unset_current() -> TestResult {
 fn kernel_nodes_are_made_after_other_code_left_no_context_current(gpu: &Gpu) -> TestResult {
     // The driver crashes making a kernel node with no context current (driver 13.0), so the
     // crate asks the driver for it instead of trusting its own record on this path.
+    let _restore = RestoreCurrent::new()?;
     let k = gpu.f("add_one");
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let typed = {
@@ -270,33 +307,84 @@ fn kernel_nodes_are_made_after_other_code_left_no_context_current(gpu: &Gpu) -> 
 
 fn every_operation_survives_other_code_leaving_no_context_current(gpu: &Gpu) -> TestResult {
     // Another library destroyed or popped its own context before each operation.
+    let _restore = RestoreCurrent::new()?;
     every_operation_after(gpu, "no context current", &unset_current)
 }
 
 fn every_operation_survives_other_code_leaving_another_context_current(gpu: &Gpu) -> TestResult {
     // Another library made its own context current before each operation.
+    let _restore = RestoreCurrent::new()?;
     let mut other = std::ptr::null_mut();
     // SAFETY: `other` is a valid out pointer; device 0 exists (the crate opened it).
     check(
         unsafe { sys::cuCtxCreate_v2(&mut other, 0, 0) },
         "cuCtxCreate_v2",
     )?;
-    let other = other as usize;
+    // Dropped before `_restore`: destroyed (popped), then the old context made current.
+    let other = OtherContext(other as usize);
+    let raw = other.0;
     let leave = move || -> TestResult {
-        // SAFETY: `other` lives until it is destroyed below, after the last use.
+        // SAFETY: `raw` lives until `other` is dropped, after the last use.
         check(
-            unsafe { sys::cuCtxSetCurrent(other as sys::CUcontext) },
+            unsafe { sys::cuCtxSetCurrent(raw as sys::CUcontext) },
             "cuCtxSetCurrent",
         )?;
         Ok(())
     };
-    let result = every_operation_after(gpu, "another context current", &leave);
-    // SAFETY: made above; nothing of the crate's uses it.
+    every_operation_after(gpu, "another context current", &leave)
+}
+
+fn the_per_thread_default_stream_is_bound_even_after_other_code_bound_another_context(
+    gpu: &Gpu,
+) -> TestResult {
+    // The per-thread default stream's handle names a stream of whichever context is current:
+    // work on it must bind the stream's own context, even where the crate's record says it is
+    // bound and another library has since made its own context current.
+    let _restore = RestoreCurrent::new()?;
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: `raw` is a valid out pointer; device 0 exists (the crate opened it).
     check(
-        unsafe { sys::cuCtxDestroy_v2(other as sys::CUcontext) },
-        "cuCtxDestroy_v2",
+        unsafe { sys::cuCtxCreate_v2(&mut raw, 0, 0) },
+        "cuCtxCreate_v2",
     )?;
-    result
+    let other = OtherContext(raw as usize);
+    let leave = || -> TestResult {
+        // SAFETY: `other` lives until the end of the test.
+        check(
+            unsafe { sys::cuCtxSetCurrent(other.0 as sys::CUcontext) },
+            "cuCtxSetCurrent",
+        )?;
+        Ok(())
+    };
+    // SAFETY: add_one(int*) touches p[0] of the one-int buffer.
+    let k = unsafe { gpu.module.kernel::<(*mut i32,)>("add_one")? };
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    // SAFETY: handle 2 is `CU_STREAM_PER_THREAD`; with device 0's primary context current (the
+    // crate binds it for work on the stream) it names that context's per-thread default stream,
+    // which lives as long as the context; no capture is begun on it outside the crate.
+    let s = unsafe { Stream::from_raw(&gpu.device, 2 as sys::CUstream, ()) };
+    s.synchronize()?;
+    leave()?;
+    s.launch(&k, one(), &buf)?;
+    leave()?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [1], "the launch ran in the stream's context");
+    leave()?;
+    let b = s.create_graph_builder().begin_building(ThreadLocal)?;
+    leave()?;
+    b.launch(&k, one(), &buf)?;
+    leave()?;
+    let g = b.end_building()?.instantiate()?;
+    let own = gpu.stream();
+    g.launch(&own)?;
+    own.synchronize()?;
+    assert_eq!(
+        buf.to_vec()?,
+        [2],
+        "the captured launch was recorded into the capture"
+    );
+    drop(other);
+    Ok(())
 }
 
 /// Runs every kind of operation, each after `leave` changed the current context behind the
