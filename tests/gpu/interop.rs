@@ -254,6 +254,28 @@ impl Drop for RestoreCurrent {
 /// A context the test made (`cuCtxCreate`), destroyed when dropped.
 struct OtherContext(usize);
 
+impl OtherContext {
+    fn new() -> Result<Self, String> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out pointer; device 0 exists (the crate opened it).
+        check(
+            unsafe { sys::cuCtxCreate_v2(&mut raw, 0, 0) },
+            "cuCtxCreate_v2",
+        )?;
+        Ok(OtherContext(raw as usize))
+    }
+
+    /// Makes it current on this thread, behind the crate's back.
+    fn make_current(&self) -> TestResult {
+        // SAFETY: the context lives until `self` is dropped.
+        check(
+            unsafe { sys::cuCtxSetCurrent(self.0 as sys::CUcontext) },
+            "cuCtxSetCurrent",
+        )?;
+        Ok(())
+    }
+}
+
 impl Drop for OtherContext {
     fn drop(&mut self) {
         // SAFETY: made by the test, used by nothing of the crate's, destroyed once.
@@ -314,23 +336,9 @@ fn every_operation_survives_other_code_leaving_no_context_current(gpu: &Gpu) -> 
 fn every_operation_survives_other_code_leaving_another_context_current(gpu: &Gpu) -> TestResult {
     // Another library made its own context current before each operation.
     let _restore = RestoreCurrent::new()?;
-    let mut other = std::ptr::null_mut();
-    // SAFETY: `other` is a valid out pointer; device 0 exists (the crate opened it).
-    check(
-        unsafe { sys::cuCtxCreate_v2(&mut other, 0, 0) },
-        "cuCtxCreate_v2",
-    )?;
     // Dropped before `_restore`: destroyed (popped), then the old context made current.
-    let other = OtherContext(other as usize);
-    let raw = other.0;
-    let leave = move || -> TestResult {
-        // SAFETY: `raw` lives until `other` is dropped, after the last use.
-        check(
-            unsafe { sys::cuCtxSetCurrent(raw as sys::CUcontext) },
-            "cuCtxSetCurrent",
-        )?;
-        Ok(())
-    };
+    let other = OtherContext::new()?;
+    let leave = || other.make_current();
     every_operation_after(gpu, "another context current", &leave)
 }
 
@@ -341,21 +349,8 @@ fn the_per_thread_default_stream_is_bound_even_after_other_code_bound_another_co
     // work on it must bind the stream's own context, even where the crate's record says it is
     // bound and another library has since made its own context current.
     let _restore = RestoreCurrent::new()?;
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: `raw` is a valid out pointer; device 0 exists (the crate opened it).
-    check(
-        unsafe { sys::cuCtxCreate_v2(&mut raw, 0, 0) },
-        "cuCtxCreate_v2",
-    )?;
-    let other = OtherContext(raw as usize);
-    let leave = || -> TestResult {
-        // SAFETY: `other` lives until the end of the test.
-        check(
-            unsafe { sys::cuCtxSetCurrent(other.0 as sys::CUcontext) },
-            "cuCtxSetCurrent",
-        )?;
-        Ok(())
-    };
+    let other = OtherContext::new()?;
+    let leave = || other.make_current();
     // SAFETY: add_one(int*) touches p[0] of the one-int buffer.
     let k = unsafe { gpu.module.kernel::<(*mut i32,)>("add_one")? };
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
