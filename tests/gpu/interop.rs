@@ -257,11 +257,28 @@ struct OtherContext(usize);
 impl OtherContext {
     fn new() -> Result<Self, String> {
         let mut raw = std::ptr::null_mut();
+        // The 12.x bindings declare `cuCtxCreate_v2`, the 13.x ones only `cuCtxCreate_v4`.
+        #[cfg(any(
+            feature = "cuda-12030",
+            feature = "cuda-12040",
+            feature = "cuda-12050",
+            feature = "cuda-12060",
+            feature = "cuda-12080",
+            feature = "cuda-12090"
+        ))]
         // SAFETY: `raw` is a valid out pointer; device 0 exists (the crate opened it).
-        check(
-            unsafe { sys::cuCtxCreate_v2(&mut raw, 0, 0) },
-            "cuCtxCreate_v2",
-        )?;
+        let r = unsafe { sys::cuCtxCreate_v2(&mut raw, 0, 0) };
+        #[cfg(not(any(
+            feature = "cuda-12030",
+            feature = "cuda-12040",
+            feature = "cuda-12050",
+            feature = "cuda-12060",
+            feature = "cuda-12080",
+            feature = "cuda-12090"
+        )))]
+        // SAFETY: as above; no creation parameters.
+        let r = unsafe { sys::cuCtxCreate_v4(&mut raw, std::ptr::null_mut(), 0, 0) };
+        check(r, "cuCtxCreate")?;
         Ok(OtherContext(raw as usize))
     }
 
