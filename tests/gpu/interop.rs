@@ -437,6 +437,36 @@ fn every_operation_after(gpu: &Gpu, what: &str, leave: &dyn Fn() -> TestResult) 
     let b = s.create_graph_builder().begin_building(Relaxed)?;
     step("captured launch")?;
     b.launch(&typed, one(), &buf)?;
+    step("captured memset")?;
+    b.memset_d8(&other, 0)?;
+    step("captured memcpy")?;
+    b.memcpy_dtod(&other, &buf)?;
+    step("split")?;
+    let [left, right] = b.split::<2>()?;
+    step("a fork's launch")?;
+    left.launch(&typed, one(), &other)?;
+    step("the other fork's launch")?;
+    right.launch(&typed, one(), &other)?;
+    step("join")?;
+    b.join([left, right])?;
+    step("captured host callback")?;
+    let _calls = b.add_host_callback(|| {})?;
+    step("captured child graph")?;
+    let small = GraphDefinition::new(&gpu.device)?;
+    small.add_empty(&[])?;
+    b.add_child_graph(&small)?;
+    step("captured conditional")?;
+    // Conditional nodes need driver 12.3: an older driver's error is fine here.
+    if let Ok(handle) = b.create_conditional_handle(Some(0)) {
+        step("captured add_if")?;
+        let body = b.add_if(&handle)?;
+        step("a body's capture")?;
+        let body = body.begin_building(Relaxed)?;
+        step("a body's launch")?;
+        body.launch(&typed, one(), &other)?;
+        step("a body's end")?;
+        body.end_building()?;
+    }
     step("end capture")?;
     let captured = b.end_building()?;
     step("instantiate the capture")?;
