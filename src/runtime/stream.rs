@@ -122,6 +122,11 @@ impl Stream {
     /// records on (cudarc's `begin_capture`, raw calls) is refused with an error: the crate asks
     /// the driver (`cuStreamIsCapturing`, one call per operation on such streams) before each.
     ///
+    /// The default-stream handles (null, `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`, as cudarc's
+    /// `default_stream()` and `per_thread_stream()` hold) name a stream of whichever context is
+    /// current: for work on them the crate asks the driver which context is current and makes
+    /// `device`'s current if it is not.
+    ///
     /// # Safety
     /// - `raw` is a live stream of `device`'s primary context (the context cudarc's
     ///   `CudaContext::new(ordinal)` also uses), and stays valid until `owner` is dropped;
