@@ -678,7 +678,8 @@ impl GraphDefinition {
         // driver crashes adding a kernel node with no context current (driver 13.0, with the
         // node's own context in its parameters too), and other code (a library that destroyed
         // or popped its context) can leave none current behind the crate's back. Other nodes,
-        // launches and captures do not need it (see `PrimaryContext::bind_cached`).
+        // and launches and captures on a stream of its own, do not need it (see
+        // `PrimaryContext::bind_cached`).
         ctx.bind_checked()?;
         self.add_node_then(
             deps,

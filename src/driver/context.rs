@@ -149,6 +149,19 @@ thread_local! {
     static BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// Forgets which context the crate bound on this thread, returning it: a host callback's driver
+/// thread may have bound one while running code that is not a crate callback (a foreign host
+/// function calling into the crate); while a crate callback runs there, every bind must go
+/// through [`PrimaryContext::bind`], which refuses it.
+pub(crate) fn take_bound() -> usize {
+    BOUND.with(|b| b.replace(0))
+}
+
+/// Puts back what [`take_bound`] returned.
+pub(crate) fn restore_bound(raw: usize) {
+    BOUND.with(|b| b.set(raw));
+}
+
 // SAFETY: a CUcontext is a driver handle usable from any thread; the driver synchronises access.
 unsafe impl Send for PrimaryContext {}
 // SAFETY: as above; `&PrimaryContext` only allows binding the context, which is thread-safe.

@@ -221,13 +221,19 @@ fn exchange_capture_mode(mode: u32) -> Option<u32> {
 /// Runs `f` as a host callback: destroys it causes are deferred (CUDA calls are refused on the
 /// driver's callback thread).
 pub(crate) fn in_callback<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
+    struct Reset(bool, usize);
     impl Drop for Reset {
         fn drop(&mut self) {
             IN_CALLBACK.with(|c| c.set(self.0));
+            super::context::restore_bound(self.1);
         }
     }
-    let _reset = Reset(IN_CALLBACK.with(|c| c.replace(true)));
+    // The thread's record of a bound context is forgotten meanwhile, so that no bind takes the
+    // shortcut past the refusal (see `take_bound`).
+    let _reset = Reset(
+        IN_CALLBACK.with(|c| c.replace(true)),
+        super::context::take_bound(),
+    );
     f()
 }
 

@@ -296,9 +296,9 @@ pub(crate) unsafe fn wait_event(
 /// Launches `function` on `stream` (`cuLaunchKernel`) with no `extra` options.
 ///
 /// # Safety
-/// The function's module is loaded; `stream` is a live stream of the function's context (a
-/// special handle, the legacy or per-thread default stream, with that context current); the
-/// calling thread is not running a host callback; `params` is null
+/// The function's module is loaded; `stream` is a live stream of the function's context, or a
+/// legacy default-stream handle while that context is current; the calling thread is not
+/// running a host callback; `params` is null
 /// for a kernel without parameters, or points at one pointer per kernel parameter, each to
 /// storage of that parameter's type that lives until the call returns (the driver copies it);
 /// the kernel stays in bounds of the memory it is given.

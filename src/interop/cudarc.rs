@@ -140,7 +140,8 @@ impl Stream {
     ///
     /// Work issued through this crate while a capture begun with cudarc records on the stream is
     /// refused (see the [module documentation](self) for that and for cudarc's event
-    /// tracking).
+    /// tracking). cudarc's per-thread default stream (`per_thread_stream()`) is an
+    /// [`Error::InvalidArgument`]: its handle names a different stream on each thread.
     ///
     /// # Safety
     /// No capture is begun on this stream outside this crate (`CudaStream::begin_capture`, raw
@@ -160,6 +161,11 @@ impl Stream {
     /// ```
     pub unsafe fn from_cudarc(device: &Device, stream: &Arc<CudaStream>) -> Result<Stream> {
         same_context(device, stream.context(), "stream")?;
+        if stream.cu_stream() as usize == 2 {
+            return Err(Error::InvalidArgument(
+                "cudarc's per-thread default stream names a different stream on each thread, and a `Stream` is used from other threads (its clones, builders, graphs launched on it): use a stream of its own (`ctx.new_stream()`) or the legacy default stream".into(),
+            ));
+        }
         // SAFETY: `cu_stream` is a stream of the cudarc context, which is `device`'s primary
         // context (checked above); the `CudaStream` held as the owner keeps it alive (cudarc
         // destroys the streams it made only when the last `Arc` goes, and a borrowed one is

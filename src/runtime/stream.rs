@@ -122,14 +122,17 @@ impl Stream {
     /// records on (cudarc's `begin_capture`, raw calls) is refused with an error: the crate asks
     /// the driver (`cuStreamIsCapturing`, one call per operation on such streams) before each.
     ///
-    /// The default-stream handles (null, `CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD`, as cudarc's
-    /// `default_stream()` and `per_thread_stream()` hold) name a stream of whichever context is
-    /// current: for work on them the crate asks the driver which context is current and makes
-    /// `device`'s current if it is not.
+    /// The legacy default-stream handles (null and `CU_STREAM_LEGACY`, as cudarc's
+    /// `default_stream()` holds) name the legacy stream of whichever context is current: for
+    /// work on them the crate asks the driver which context is current and makes `device`'s
+    /// current if it is not.
     ///
     /// # Safety
     /// - `raw` is a live stream of `device`'s primary context (the context cudarc's
     ///   `CudaContext::new(ordinal)` also uses), and stays valid until `owner` is dropped;
+    /// - `raw` is not `CU_STREAM_PER_THREAD` (cudarc's `per_thread_stream()`): that handle names
+    ///   a different stream on each thread, and a `Stream` is used from other threads (its
+    ///   clones, builders, graphs launched on it, and the crate's own release work);
     /// - no capture is begun on it outside this crate (on another thread) while this crate issues
     ///   work on it: the check above cannot see a capture that begins during the operation, and
     ///   the crate could not keep that work's operands alive.
@@ -316,9 +319,10 @@ impl Stream {
     /// Binds the stream's context for work on it, refusing a host callback's thread. For a
     /// stream of its own, the thread's record of what the crate bound last is enough: the driver
     /// runs work on a stream in the stream's context whichever context is current (see DESIGN,
-    /// "Which calls need a current context"). The special handles (the legacy and per-thread
-    /// default streams, 0 to 2, which a borrowed stream can be) name a stream of the *current*
-    /// context, so for them the driver is asked.
+    /// "Which calls need a current context"). The special handles (0 to 2: the legacy default
+    /// stream, which a borrowed stream can be, and the per-thread one, which `from_raw`'s
+    /// contract excludes) name a stream of the *current* context, so for them the driver is
+    /// asked.
     #[inline]
     fn bind_for_work(&self) -> Result<()> {
         if (self.raw() as usize) <= 2 {
@@ -528,7 +532,8 @@ impl Stream {
                     super::OwnerRef::Other(owner) => tree.keep_dyn(owner),
                 }
             }
-            // SAFETY: the stream's context is bound (`bind_for_work`); the rest is the caller's promise (the driver copies the
+            // SAFETY: the stream's context is bound (`bind_for_work`: a stream of its own names
+            // it, a special handle was bound as the driver reported); the rest is the caller's promise (the driver copies the
             // argument bytes during the call). The same call as in the other path below,
             // written twice: a shared closure cost 8 instructions per launch.
             return unsafe {

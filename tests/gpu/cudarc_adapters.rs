@@ -29,6 +29,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         a_converted_slice_is_ready_before_the_crate_uses_it,
     ),
     (
+        "cudarc::the_per_thread_default_stream_is_refused",
+        Needs::Gpu,
+        the_per_thread_default_stream_is_refused,
+    ),
+    (
         "cudarc::slices_released_by_a_dropped_exec_never_invalidate_a_global_capture",
         Needs::Gpu,
         slices_released_by_a_dropped_exec_never_invalidate_a_global_capture,
@@ -208,5 +213,22 @@ fn work_during_a_cudarc_capture_is_refused(gpu: &Gpu) -> TestResult {
     stream.memset_d32(&buf, 3)?;
     stream.synchronize()?;
     assert_eq!(buf.to_vec()?, [3; 4]);
+    Ok(())
+}
+
+/// cudarc's per-thread default stream names a different stream on each thread, and a `Stream`
+/// is used from other threads: wrapping it is an error; the legacy default stream is taken.
+fn the_per_thread_default_stream_is_refused(_gpu: &Gpu) -> TestResult {
+    let ctx = CudaContext::new(0)?;
+    let device = Device::from_cudarc(&ctx)?;
+    // SAFETY: no capture is begun on these streams through cudarc.
+    let refused = unsafe { Stream::from_cudarc(&device, &ctx.per_thread_stream()) };
+    match refused {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("per-thread"), "{why}"),
+        other => return Err(format!("expected a refusal, got {:?}", other.map(|_| ())).into()),
+    }
+    // SAFETY: as above.
+    let legacy = unsafe { Stream::from_cudarc(&device, &ctx.default_stream())? };
+    legacy.synchronize()?;
     Ok(())
 }
