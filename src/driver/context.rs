@@ -211,8 +211,8 @@ impl PrimaryContext {
     /// with no context current (see [`bind_cached`](Self::bind_cached)), and for work on the
     /// special default-stream handles, which name a stream of the current context: asks the
     /// driver which context is current, through the entry point the context holds, and binds
-    /// this one if it is not. One driver call, with no further work where the crate bound this context on this
-    /// thread last and it is still current.
+    /// this one if it is not. One driver call, with no further work where the crate bound this
+    /// context on this thread last and it is still current.
     #[inline]
     pub(crate) fn bind_checked(&self) -> Result<()> {
         if BOUND.with(|b| b.get()) == self.raw as usize {

@@ -533,9 +533,10 @@ impl Stream {
                 }
             }
             // SAFETY: the stream's context is bound (`bind_for_work`: a stream of its own names
-            // it, a special handle was bound as the driver reported); the rest is the caller's promise (the driver copies the
-            // argument bytes during the call). The same call as in the other path below,
-            // written twice: a shared closure cost 8 instructions per launch.
+            // it, a special handle was bound as the driver reported); the rest is the caller's
+            // promise (the driver copies the argument bytes during the call). The same call as
+            // in the other path below, written twice: a shared closure cost 8 instructions per
+            // launch.
             return unsafe {
                 driver::stream::launch_kernel(
                     &self.handle.ctx,
