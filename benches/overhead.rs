@@ -25,10 +25,12 @@
 //! | `capture/Global`, `/ThreadLocal`, `/Relaxed` | `stream.create_graph_builder().begin_building(M)` on an existing stream, n × `launch(empty_kernel)`, `end_building()`, drop | `cuGraphCreate`, `cuStreamBeginCaptureToGraph(M)` (how the library captures, into its own graph), n × `cuLaunchKernel`, `cuStreamEndCapture`, `cuGraphDestroy` |
 //! | `capture+buf/Global` | the same with `add_one(int*)`, `&KernelArgs::new().arg(&buf)` per launch (one buffer for all) | the same with a one-entry `kernelParams` array |
 //! | `capture+typed/Global` | the same through the typed kernel: `launch(&add_one, config, &buf)`, the buffer borrowed (no `KernelArgs`) | as `capture+buf` |
+//! | `floor:capture/Global` | not the library: the raw calls of `capture/Global` with what [`Floor`] adds to each launch (a lock taken and released, the thread's bound-context note and the last kept module compared) | as `capture/Global` |
 //! | `instantiate` | `ended.instantiate()` of a captured n-node graph, drop the `Graph` | `cuGraphInstantiateWithParams`, `cuGraphExecDestroy` |
 //! | `replay` | `graph.launch(&stream)`, `stream.synchronize()` (n-node exec) | `cuGraphLaunch`, `cuStreamSynchronize` |
 //! | `update` | `graph.update(&other)`, alternately from two ended builders of n `add_one` launches on two buffers (same topology) | `cuGraphExecUpdate_v2`, alternately from two graphs |
 //! | `explicit` | `GraphDefinition::new`, n × `add_kernel(&[&previous], empty_kernel)` (a chain), drop | `cuGraphCreate`, n × `cuGraphAddKernelNode_v2` (a chain), `cuGraphDestroy` |
+//! | `floor:explicit` | not the library: the raw calls of `explicit` with what [`Floor`] adds to each node (`cuCtxGetCurrent`, a lock taken and released, the dependency's record read, a 32-byte record pushed) | as `explicit` |
 //! | `stream-launch` | n × `stream.launch(empty_kernel)`, `stream.synchronize()` | n × `cuLaunchKernel`, `cuStreamSynchronize` |
 //!
 //! Each side has its own stream, module and buffers (the raw side retains the same primary
@@ -59,6 +61,12 @@
 //!   argument storage, context binds, its checks);
 //! - `per-round ratios`: the middle half (first to third quartile) of lib ÷ raw within each
 //!   round; a wide range means a noisy machine, not a verdict.
+//!
+//! The `floor:` rows measure the least that any wrapper with the library's guarantees (thread-safe
+//! graphs, what each node uses released with it, no crash when other code left no context
+//! current) adds to the same raw calls; their ratio is that floor's, and the summary's last table
+//! divides the library's ratio by it (`capture/Global` ÷ `floor:capture/Global`, `explicit` ÷
+//! `floor:explicit`): what the library adds beyond the floor.
 //!
 //! `replay` and `stream-launch` include the GPU running the kernels and the synchronisation, so
 //! their ratios sit near 1 unless the library's per-call cost is large. After the rows come two
@@ -293,23 +301,29 @@ enum Case {
     Capture(Mode),
     CaptureBuffer,
     CaptureTyped,
+    /// Raw captured launches plus the least a safe wrapper adds (see [`Floor`]).
+    FloorCapture,
     Instantiate,
     Replay,
     Update,
     Explicit,
+    /// Raw explicit nodes plus the least a safe wrapper adds (see [`Floor`]).
+    FloorExplicit,
     StreamLaunch,
 }
 
-const CASES: [Case; 10] = [
+const CASES: [Case; 12] = [
     Case::Capture(Mode::Global),
     Case::Capture(Mode::ThreadLocal),
     Case::Capture(Mode::Relaxed),
     Case::CaptureBuffer,
     Case::CaptureTyped,
+    Case::FloorCapture,
     Case::Instantiate,
     Case::Replay,
     Case::Update,
     Case::Explicit,
+    Case::FloorExplicit,
     Case::StreamLaunch,
 ];
 
@@ -321,17 +335,22 @@ impl Case {
             Case::Capture(Mode::Relaxed) => "capture/Relaxed",
             Case::CaptureBuffer => "capture+buf/Global",
             Case::CaptureTyped => "capture+typed/Global",
+            Case::FloorCapture => "floor:capture/Global",
             Case::Instantiate => "instantiate",
             Case::Replay => "replay",
             Case::Update => "update",
             Case::Explicit => "explicit",
+            Case::FloorExplicit => "floor:explicit",
             Case::StreamLaunch => "stream-launch",
         }
     }
 
     /// Whether the case (or its setup) captures a stream.
     fn captures(self) -> bool {
-        !matches!(self, Case::Explicit | Case::StreamLaunch)
+        !matches!(
+            self,
+            Case::Explicit | Case::FloorExplicit | Case::StreamLaunch
+        )
     }
 }
 
@@ -470,6 +489,7 @@ const RAW_SYMBOLS: &[&str] = &[
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
     "cuCtxSetCurrent",
+    "cuCtxGetCurrent",
     "cuModuleLoadData",
     "cuModuleGetFunction",
     "cuModuleUnload",
@@ -534,6 +554,109 @@ impl Drop for RawExec {
     fn drop(&mut self) {
         // SAFETY: a live exec of ours, destroyed once; the driver waits for pending launches.
         let _ = unsafe { sys::cuGraphExecDestroy(self.0) };
+    }
+}
+
+thread_local! {
+    /// The context [`Floor::bind_noted`] last made current on this thread.
+    static NOTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The least that any wrapper with the library's guarantees adds to each raw call, for the
+/// `floor:` rows (their first column is the raw calls with this added):
+///
+/// - a lock around each mutation of a graph (CUDA graph objects are not thread-safe, and a
+///   definition or builder can be shared by threads): one compare-and-swap to take, a store to
+///   release;
+/// - a captured launch: the thread's note of the bound context compared (binding it is also what
+///   refuses a host callback's thread), and the launch's module compared with the one kept last
+///   (a capture's keep set when nothing new is kept);
+/// - an explicit kernel node: the current context asked of the driver (`cuCtxGetCurrent`; the
+///   driver crashes adding a kernel node with none current, see DESIGN, "Which calls need a
+///   current context"), its dependency's record read, and a 32-byte record per node (what a
+///   node uses, released with the node).
+///
+/// Single-threaded here, so the lock never waits; its cost is the atomic operations.
+struct Floor {
+    locked: AtomicBool,
+    /// The module kept last.
+    recent: std::cell::Cell<usize>,
+    /// One record per node, read and written only while `locked` is held.
+    slots: std::cell::UnsafeCell<Vec<[usize; 4]>>,
+}
+
+impl Floor {
+    fn new() -> Floor {
+        Floor {
+            locked: AtomicBool::new(false),
+            recent: std::cell::Cell::new(0),
+            slots: std::cell::UnsafeCell::new(Vec::new()),
+        }
+    }
+
+    #[inline]
+    fn lock(&self) {
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[inline]
+    fn unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+
+    /// Binds `ctx` unless this thread's note says it is bound.
+    #[inline]
+    fn bind_noted(&self, ctx: sys::CUcontext) -> Result<(), String> {
+        if NOTED.with(|n| n.get()) != ctx as usize {
+            // SAFETY: `ctx` is the raw side's retained primary context.
+            ok("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
+            NOTED.with(|n| n.set(ctx as usize));
+        }
+        Ok(())
+    }
+
+    /// Binds `ctx` unless the driver says it is current.
+    #[inline]
+    fn bind_checked(&self, ctx: sys::CUcontext) -> Result<(), String> {
+        let mut current = null_mut();
+        // SAFETY: `current` is a valid out pointer.
+        ok("cuCtxGetCurrent", unsafe {
+            sys::cuCtxGetCurrent(&mut current)
+        })?;
+        if current != ctx {
+            // SAFETY: `ctx` is the raw side's retained primary context.
+            ok("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
+        }
+        Ok(())
+    }
+
+    /// Keeps `owner` unless it was kept last.
+    #[inline]
+    fn keep(&self, owner: usize) {
+        if self.recent.get() != owner {
+            self.recent.set(std::hint::black_box(owner));
+        }
+    }
+
+    /// Whether record `i` names `node` (call with the lock held).
+    #[inline]
+    fn slot_names(&self, i: usize, node: sys::CUgraphNode) -> bool {
+        // SAFETY: the lock is held, so nothing else reads or writes the records.
+        let slots = unsafe { &*self.slots.get() };
+        slots.get(i).is_some_and(|s| s[0] == node as usize)
+    }
+
+    /// Appends a node's record (call with the lock held).
+    #[inline]
+    fn record(&self, slot: [usize; 4]) {
+        // SAFETY: as in `slot_names`.
+        unsafe { (*self.slots.get()).push(slot) };
     }
 }
 
@@ -625,6 +748,16 @@ impl Raw {
     /// The capture is always ended; when ending fails the graph is leaked, not destroyed (the
     /// driver may already have destroyed a graph whose capture failed).
     fn capture(&self, mode: Mode, n: usize, work: RawWork) -> Result<RawGraph, String> {
+        self.capture_with(mode, n, |r| r.launch(work))
+    }
+
+    /// [`capture`](Self::capture) with `launch` making each launch.
+    fn capture_with(
+        &self,
+        mode: Mode,
+        n: usize,
+        launch: impl Fn(&Raw) -> Result<(), String>,
+    ) -> Result<RawGraph, String> {
         let graph = RawGraph::create()?;
         // SAFETY: the stream is live and not capturing; `graph` is a live, empty graph; no
         // dependencies.
@@ -633,7 +766,7 @@ impl Raw {
         })?;
         let mut launched = Ok(());
         for _ in 0..n {
-            if let Err(e) = self.launch(work) {
+            if let Err(e) = launch(self) {
                 launched = Err(e);
                 break;
             }
@@ -717,6 +850,61 @@ impl Raw {
             ok("cuGraphAddKernelNode_v2", unsafe {
                 sys::cuGraphAddKernelNode_v2(&mut node, graph.0, deps, count, &params)
             })?;
+            prev = node;
+        }
+        graph.destroy()
+    }
+
+    /// An empty-kernel launch with what [`Floor`] adds to a captured launch.
+    fn launch_floor(&self, floor: &Floor) -> Result<(), String> {
+        floor.bind_noted(self.ctx)?;
+        floor.lock();
+        floor.keep(self.module as usize);
+        let r = self.launch(RawWork::Empty);
+        floor.unlock();
+        r
+    }
+
+    /// [`explicit_chain`](Self::explicit_chain) with what [`Floor`] adds to an explicit node.
+    fn explicit_chain_floor(&self, floor: &Floor, n: usize) -> Result<(), String> {
+        let graph = RawGraph::create()?;
+        let params = sys::CUDA_KERNEL_NODE_PARAMS {
+            func: self.empty,
+            gridDimX: 1,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: 1,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            kernelParams: null_mut(),
+            extra: null_mut(),
+            kern: null_mut(),
+            ctx: null_mut(),
+        };
+        let mut prev: sys::CUgraphNode = null_mut();
+        for i in 0..n {
+            floor.bind_checked(self.ctx)?;
+            floor.lock();
+            let (deps, count) = if i == 0 {
+                (null(), 0)
+            } else if floor.slot_names(i - 1, prev) {
+                (&prev as *const sys::CUgraphNode, 1)
+            } else {
+                floor.unlock();
+                return Err("floor: a dependency's slot does not name it".into());
+            };
+            let mut node = null_mut();
+            // SAFETY: the graph is live and `deps` holds `count` nodes of it; empty_kernel takes
+            // no arguments (null `kernelParams`); the context is current (checked above).
+            let r = ok("cuGraphAddKernelNode_v2", unsafe {
+                sys::cuGraphAddKernelNode_v2(&mut node, graph.0, deps, count, &params)
+            });
+            if r.is_ok() {
+                floor.record([node as usize, i, self.module as usize, 0]);
+            }
+            floor.unlock();
+            r?;
             prev = node;
         }
         graph.destroy()
@@ -898,6 +1086,7 @@ impl<'a> Pair<'a> {
             }
             (Case::Explicit, _) => timed(|| lib.explicit_chain(n)),
             (Case::StreamLaunch, _) => timed(|| lib.stream_launches(n)),
+            (Case::FloorCapture | Case::FloorExplicit, _) => return self.floor_sample(),
             (case, _) => {
                 return Err(format!(
                     "internal: {} was not prepared for the library side",
@@ -906,6 +1095,20 @@ impl<'a> Pair<'a> {
             }
         }
         .map_err(lib_err)
+    }
+
+    /// One timed sample of a `floor:` row's first side: the raw calls with what [`Floor`] adds.
+    fn floor_sample(&mut self) -> Result<Duration, String> {
+        let (case, n, raw) = (self.case, self.n, self.raw);
+        raw.bind()?;
+        let floor = Floor::new();
+        match case {
+            Case::FloorCapture => timed(|| {
+                raw.capture_with(Mode::Global, n, |r| r.launch_floor(&floor))?
+                    .destroy()
+            }),
+            _ => timed(|| raw.explicit_chain_floor(&floor, n)),
+        }
     }
 
     /// One timed raw sample.
@@ -938,8 +1141,11 @@ impl<'a> Pair<'a> {
                 *raw_next ^= 1;
                 timed(|| raw.update(raw_exec, source))
             }
-            (Case::Explicit, _) => timed(|| raw.explicit_chain(n)),
+            (Case::Explicit | Case::FloorExplicit, _) => timed(|| raw.explicit_chain(n)),
             (Case::StreamLaunch, _) => timed(|| raw.stream_launches(n)),
+            (Case::FloorCapture, _) => {
+                timed(|| raw.capture(Mode::Global, n, RawWork::Empty)?.destroy())
+            }
             (case, _) => Err(format!(
                 "internal: {} was not prepared for the raw side",
                 case.name()
@@ -1151,6 +1357,38 @@ fn run_table(lib: &Lib, raw: &Raw, opts: &Options, no_capture: &Option<String>) 
         "summary: ratio library/raw (median ÷ median; 1.00 = no measurable overhead, 1.20 = 20 % slower)",
         &|row, _| format!("{:.2}", row.lib / row.raw),
     );
+    let ratio_of =
+        |case: Case, n: usize| match results.iter().find(|(c, m, _)| *c == case && *m == n) {
+            Some((_, _, Outcome::Done(row))) => Some(row.lib / row.raw),
+            _ => None,
+        };
+    let beyond = [
+        (Case::Capture(Mode::Global), Case::FloorCapture),
+        (Case::Explicit, Case::FloorExplicit),
+    ];
+    if beyond
+        .iter()
+        .any(|&(c, f)| cases.contains(&c) && cases.contains(&f))
+    {
+        say("");
+        say("summary: library ratio ÷ floor ratio (what the library adds beyond the least a safe wrapper adds)");
+        let mut head = format!("{:<22}", "case");
+        for n in &sizes {
+            head += &format!(" {:>10}", format!("n={n}"));
+        }
+        say(head);
+        for (case, floor) in beyond {
+            let mut line = format!("{:<22}", case.name());
+            for &n in &sizes {
+                let text = match (ratio_of(case, n), ratio_of(floor, n)) {
+                    (Some(l), Some(f)) => format!("{:.2}", l / f),
+                    _ => "-".into(),
+                };
+                line += &format!(" {text:>10}");
+            }
+            say(line);
+        }
+    }
     table(
         "summary: library extra cost, µs per node (lib − raw)",
         &|row, n| format!("{:+.3}", us_per_node(row.lib - row.raw, n)),
