@@ -640,7 +640,7 @@ impl GraphDefinition {
         }
         let keep = |owners: &mut Owners| {
             owners.reserve_exact(args.keep.len());
-            for k in &args.keep {
+            for k in args.keep.iter() {
                 owners.push(k.clone());
             }
         };
