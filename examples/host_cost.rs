@@ -7,8 +7,9 @@
 //! cargo run --release --example host_cost -- explicit 1000   # on a GPU: just runs the case
 //! ```
 //!
-//! Cases: `explicit`, `explicit-buf` (one buffer argument), `capture`, `capture-buf`,
-//! `raw-explicit`, `raw-capture`.
+//! Cases: `explicit`, `explicit-buf` (one buffer argument), `explicit-typed`, `capture`,
+//! `capture-buf`, `capture-typed`, `stream` (launches on a stream, not captured), `raw-explicit`,
+//! `raw-capture`.
 
 use std::process::ExitCode;
 
@@ -74,11 +75,19 @@ fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
             }
             b.end_building()?;
         }
+        "stream" => {
+            let stream = device.create_stream()?;
+            for _ in 0..n {
+                // SAFETY: as above.
+                unsafe { stream.launch_unchecked(&f, LaunchConfig::single(), &args)? };
+            }
+            stream.synchronize()?;
+        }
         "raw-explicit" => raw_explicit(&f, n)?,
         "raw-capture" => raw_capture(&device, &f, n)?,
         other => {
             return Err(Error::InvalidArgument(format!(
-                "unknown case {other:?}: explicit, explicit-buf, explicit-typed, capture, capture-buf, capture-typed, raw-explicit, raw-capture"
+                "unknown case {other:?}: explicit, explicit-buf, explicit-typed, capture, capture-buf, capture-typed, stream, raw-explicit, raw-capture"
             )))
         }
     }

@@ -984,8 +984,16 @@ impl TreeState {
     }
 
     /// Whether the driver freed `graph` or a graph it belongs to (a body's or child's owner).
+    /// The usual answer (no graph of the tree was freed) is one inline test.
+    #[inline]
     pub(crate) fn is_dead(&self, graph: &GraphHandle) -> bool {
-        !self.dead.is_empty() && graph.any_in_chain(|id| self.dead.contains(&id))
+        !self.dead.is_empty() && self.is_dead_in_chain(graph)
+    }
+
+    /// [`is_dead`](Self::is_dead) once some graph of the tree was freed.
+    #[inline(never)]
+    fn is_dead_in_chain(&self, graph: &GraphHandle) -> bool {
+        graph.any_in_chain(|id| self.dead.contains(&id))
     }
 
     /// Whether a capture records into graph `graph_id` now.

@@ -382,8 +382,10 @@ impl<'a> OwnerRef<'a> {
 /// the owners to keep alive, borrowed. Made and used on one stack frame
 /// ([`with_refs`]): the pointers are valid while the arguments and this value are.
 pub struct ArgRefs<'a> {
-    /// One pointer per parameter, the first `len` written.
-    ptrs: [*mut c_void; MAX_PARAMS],
+    /// One pointer per parameter, the first `len` written (the driver reads as many as the
+    /// kernel has parameters, which the signature makes `len`; the rest stay unwritten, as
+    /// zeroing them cost a dozen stores per launch).
+    ptrs: [std::mem::MaybeUninit<*mut c_void>; MAX_PARAMS],
     len: usize,
     /// Where the `Slice<T>` headers go: `MAX_PARAMS` of them in [`with_refs`]'s frame, only ever
     /// reached through this one raw pointer (so every header pointer handed to the driver stays
@@ -415,11 +417,13 @@ const MAX_PARAMS: usize = 12;
 
 impl<'a> ArgRefs<'a> {
     /// A parameter whose bytes are `value`'s.
+    #[inline]
     pub(crate) fn value<T>(&mut self, value: &'a T) {
         self.push((value as *const T).cast_mut().cast());
     }
 
     /// A `T*` parameter: the address stored in the allocation, which the graph keeps.
+    #[inline]
     pub(crate) fn buffer(&mut self, alloc: &'a Arc<DeviceAlloc>) {
         self.push((&alloc.ptr as *const u64).cast_mut().cast());
         self.on_device(alloc.ctx.device, "a buffer");
@@ -434,6 +438,7 @@ impl<'a> ArgRefs<'a> {
     }
 
     /// A `Slice<T>` parameter: address and length, in a header kept here.
+    #[inline]
     fn slice(&mut self, alloc: &'a Arc<DeviceAlloc>, len: usize) {
         let i = self.nslices.min(MAX_PARAMS - 1);
         // SAFETY: `slices` points at `MAX_PARAMS` headers in `with_refs`'s frame, which outlive
@@ -453,6 +458,7 @@ impl<'a> ArgRefs<'a> {
     }
 
     /// A parameter with bytes of its own and an owner on `device` that is not a buffer.
+    #[inline]
     pub(crate) fn other(&mut self, value: &'a u64, owner: &'a Owner, device: i32) {
         self.push((value as *const u64).cast_mut().cast());
         self.on_device(device, "a device graph");
@@ -495,10 +501,11 @@ impl<'a> ArgRefs<'a> {
         }
     }
 
+    #[inline]
     fn push(&mut self, p: *mut c_void) {
         // A signature has at most `MAX_PARAMS` parameters (the tuples implemented).
         if let Some(slot) = self.ptrs.get_mut(self.len) {
-            *slot = p;
+            slot.write(p);
             self.len += 1;
         }
     }
@@ -526,12 +533,13 @@ impl<'a> ArgRefs<'a> {
         if self.len == 0 {
             std::ptr::null_mut()
         } else {
-            self.ptrs.as_mut_ptr()
+            self.ptrs.as_mut_ptr().cast()
         }
     }
 }
 
 /// Runs `f` with `args` gathered as [`ArgRefs`] on this stack frame, for a kernel on `device`.
+#[inline]
 pub(crate) fn with_refs<S: Signature, R>(
     args: &impl ArgsFor<S>,
     device: i32,
@@ -539,7 +547,7 @@ pub(crate) fn with_refs<S: Signature, R>(
 ) -> R {
     let mut headers = [std::mem::MaybeUninit::<RawSlice>::uninit(); MAX_PARAMS];
     let mut refs = ArgRefs {
-        ptrs: [std::ptr::null_mut(); MAX_PARAMS],
+        ptrs: [std::mem::MaybeUninit::uninit(); MAX_PARAMS],
         len: 0,
         // Taken once; `headers` is not touched again while `refs` lives.
         slices: headers.as_mut_ptr().cast(),
