@@ -8,8 +8,9 @@
 //! ```
 //!
 //! Cases: `explicit`, `explicit-buf` (one buffer argument), `explicit-typed`, `capture`,
-//! `capture-buf`, `capture-typed`, `stream` (launches on a stream, not captured), `raw-explicit`,
-//! `raw-capture`.
+//! `capture-buf`, `capture-typed`, `stream` (launches on a stream, not captured), `cycle` (N
+//! captures of one launch each: begin, launch, end, drop), `raw-explicit`, `raw-capture`,
+//! `raw-cycle`.
 
 use std::process::ExitCode;
 
@@ -83,11 +84,26 @@ fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
             }
             stream.synchronize()?;
         }
+        "cycle" => {
+            let stream = device.create_stream()?;
+            for _ in 0..n {
+                let b = stream.create_graph_builder().begin_building(Relaxed)?;
+                // SAFETY: as above.
+                unsafe { b.launch_unchecked(&f, LaunchConfig::single(), &args)? };
+                drop(b.end_building()?);
+            }
+        }
+        "raw-cycle" => {
+            let stream = device.create_stream()?;
+            for _ in 0..n {
+                raw_capture_on(stream.as_raw(), &f, 1)?;
+            }
+        }
         "raw-explicit" => raw_explicit(&f, n)?,
         "raw-capture" => raw_capture(&device, &f, n)?,
         other => {
             return Err(Error::InvalidArgument(format!(
-                "unknown case {other:?}: explicit, explicit-buf, explicit-typed, capture, capture-buf, capture-typed, stream, raw-explicit, raw-capture"
+                "unknown case {other:?}: explicit, explicit-buf, explicit-typed, capture, capture-buf, capture-typed, stream, cycle, raw-explicit, raw-capture, raw-cycle"
             )))
         }
     }
@@ -143,7 +159,11 @@ fn raw_explicit(f: &Function, n: usize) -> cuda_graph::Result<()> {
 /// `n` launches of `f` on a stream capturing in relaxed mode.
 fn raw_capture(device: &Device, f: &Function, n: usize) -> cuda_graph::Result<()> {
     let stream = device.create_stream()?;
-    let s = stream.as_raw();
+    raw_capture_on(stream.as_raw(), f, n)
+}
+
+/// `n` launches captured on `s` (begin, launches, end, destroy).
+fn raw_capture_on(s: sys::CUstream, f: &Function, n: usize) -> cuda_graph::Result<()> {
     use sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as RELAXED;
     // SAFETY: the stream is live and not capturing.
     check(

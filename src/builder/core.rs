@@ -82,7 +82,7 @@ impl Core {
         ctx.bind()?;
         let graph = match into {
             Some(g) => g,
-            None => GraphHandle::create(&ctx)?,
+            None => GraphHandle::create_bound(&ctx)?,
         };
         let id = next_id();
         // Before the capture begins: from here on, destroys that would invalidate it wait.
@@ -120,7 +120,9 @@ impl Core {
     /// Ends the capture. On any failure the capture is over, the stream is usable, and the graph
     /// is marked as the driver left it (see [`Core::capture_failed`]).
     pub(crate) fn end(&mut self) -> Result<()> {
-        self.stream.handle.ctx.bind()?;
+        // Ending a capture works whichever context is current (see DESIGN, "Which calls need a
+        // current context"); the bind is what refuses a host callback's thread.
+        self.stream.handle.ctx.bind_cached()?;
         let ended = self.finish_capture();
         self.active = None;
         ended

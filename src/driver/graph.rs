@@ -840,6 +840,76 @@ impl CondRecord {
     }
 }
 
+/// A set of addresses: a short inline list while it holds few (a capture usually keeps a module
+/// and a few buffers), so a tree that keeps little allocates no hash table for it; a hash set
+/// once it holds more.
+#[derive(Debug, Default)]
+struct KeptSet {
+    few: [usize; KeptSet::FEW],
+    len: usize,
+    many: IdSet<usize>,
+}
+
+impl KeptSet {
+    const FEW: usize = 8;
+
+    /// Adds `addr`; whether it was not in the set.
+    fn insert(&mut self, addr: usize) -> bool {
+        if self.len <= Self::FEW {
+            if self.few[..self.len].contains(&addr) {
+                return false;
+            }
+            if self.len < Self::FEW {
+                self.few[self.len] = addr;
+                self.len += 1;
+                return true;
+            }
+            // The list is full: from now on the hash set holds everything.
+            self.many.extend(self.few);
+            self.len = Self::FEW + 1;
+        }
+        self.many.insert(addr)
+    }
+}
+
+/// The stream captures recording into graphs of a tree now, as (capture id, graph id) pairs: a
+/// short list, since a tree rarely has more than one or two (a parent's and a body's), kept
+/// inline so that beginning and ending a capture allocate nothing for it.
+#[derive(Debug, Default)]
+pub(crate) struct Captures(smallvec::SmallVec<[(u64, u64); 2]>);
+
+impl Captures {
+    /// Whether capture `id` records into the tree.
+    pub(crate) fn contains_key(&self, id: &u64) -> bool {
+        self.0.iter().any(|(c, _)| c == id)
+    }
+
+    /// Whether no capture records into the tree.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The graphs captured into, one per capture.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &u64> {
+        self.0.iter().map(|(_, g)| g)
+    }
+
+    /// Notes that capture `id` records into `graph`.
+    fn insert(&mut self, id: u64, graph: u64) {
+        match self.0.iter_mut().find(|(c, _)| *c == id) {
+            Some(entry) => entry.1 = graph,
+            None => self.0.push((id, graph)),
+        }
+    }
+
+    /// Forgets capture `id`.
+    fn remove(&mut self, id: &u64) {
+        if let Some(i) = self.0.iter().position(|(c, _)| c == id) {
+            self.0.swap_remove(i);
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 #[repr(C)]
 pub(crate) struct TreeState {
@@ -868,24 +938,24 @@ pub(crate) struct TreeState {
     /// Definitions refuse a graph being captured into; instantiation, update, embedding and
     /// cloning refuse the whole tree while any capture records (a leaked body builder's capture
     /// never ends).
-    captures: IdMap<u64, u64>,
+    captures: Captures,
     /// Why the tree can no longer be used, if the driver broke it: a conditional body's capture
     /// was invalidated, and the driver destroyed the body graph that a node of this tree owns.
     /// Instantiating, destroying the node, or destroying the root graph then crash inside the
     /// driver, so the crate refuses the first two and leaks the root graph.
     broken: Option<String>,
-    /// The epoch at which the latest capture into this tree ended: every node a capture made was
-    /// made at or before it (while a capture records, [`TreeState::epoch`] is the bound).
-    pub(crate) captured_epoch: u64,
     /// Live nodes known to this crate. A node token is valid only while its slot holds it, so
     /// a destroyed node (whose address the driver may reuse) is never mistaken for a new one.
     pub(crate) nodes: NodeTable,
+    /// The epoch at which the latest capture into this tree ended: every node a capture made was
+    /// made at or before it (while a capture records, [`TreeState::epoch`] is the bound).
+    pub(crate) captured_epoch: u64,
     /// Operands used by captured nodes of this tree (and what clones and captured embeds hold),
     /// added since the last [`TreeState::snapshot`]. Nodes added explicitly hold theirs in
     /// [`TreeState::nodes`], so that destroying a node releases what it used.
     pending: Vec<Arc<dyn Any + Send + Sync>>,
     /// Addresses of everything this tree holds, so each is held once.
-    kept: IdSet<usize>,
+    kept: KeptSet,
     /// Earlier operands, in chunks shared with the execs instantiated from this tree: an exec
     /// holds the chunks that existed when it was made.
     chunks: Vec<KeepChunk>,
@@ -945,7 +1015,7 @@ impl TreeState {
     }
 
     /// Captures recording into graphs of this tree now: capture id → graph id.
-    pub(crate) fn captures(&self) -> &IdMap<u64, u64> {
+    pub(crate) fn captures(&self) -> &Captures {
         &self.captures
     }
 
@@ -1103,6 +1173,12 @@ impl GraphHandle {
     /// Creates an empty graph.
     pub(crate) fn create(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
         ctx.bind()?;
+        Self::create_bound(ctx)
+    }
+
+    /// [`create`](Self::create) for a caller that has just bound `ctx` (one driver call fewer
+    /// per capture).
+    pub(crate) fn create_bound(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the context is current; `raw` is a valid out pointer; flags must be 0.
         unsafe { drv!(cuGraphCreate(&mut raw, 0)) }?;
@@ -2082,6 +2158,42 @@ pub(crate) unsafe fn exec_destroy(exec: sys::CUgraphExec) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_sets_report_each_address_once_before_and_after_they_outgrow_their_list() {
+        let mut kept = KeptSet::default();
+        // Past the inline list's size, in an order that revisits early addresses after it
+        // spilled into the hash set.
+        let addrs: Vec<usize> = (1..=3 * KeptSet::FEW).map(|i| i * 64).collect();
+        for (n, &a) in addrs.iter().enumerate() {
+            assert!(kept.insert(a), "address {n} is new");
+            assert!(!kept.insert(a), "address {n} is already held");
+            for &earlier in &addrs[..n] {
+                assert!(!kept.insert(earlier), "an earlier address was held again");
+            }
+        }
+    }
+
+    #[test]
+    fn captures_are_found_updated_and_removed_by_id() {
+        let mut c = Captures::default();
+        assert!(c.is_empty());
+        for id in 1..=5u64 {
+            c.insert(id, 100 + id);
+        }
+        c.insert(3, 7);
+        assert!((1..=5).all(|id| c.contains_key(&id)));
+        assert_eq!(c.values().filter(|g| **g == 7).count(), 1);
+        assert_eq!(c.values().filter(|g| **g == 103).count(), 0);
+        c.remove(&3);
+        c.remove(&3);
+        assert!(!c.contains_key(&3));
+        assert!([1, 2, 4, 5].iter().all(|id| c.contains_key(id)));
+        for id in [1, 2, 4, 5] {
+            c.remove(&id);
+        }
+        assert!(c.is_empty());
+    }
 
     #[test]
     fn the_keep_set_holds_each_value_once() {
