@@ -120,9 +120,11 @@ impl Core {
     /// Ends the capture. On any failure the capture is over, the stream is usable, and the graph
     /// is marked as the driver left it (see [`Core::capture_failed`]).
     pub(crate) fn end(&mut self) -> Result<()> {
-        // Ending a capture works whichever context is current (see DESIGN, "Which calls need a
-        // current context"); the bind is what refuses a host callback's thread.
-        self.stream.handle.ctx.bind_cached()?;
+        // Asked of the driver (one `cuCtxGetCurrent` per capture): ending a capture worked with
+        // no context, or another, current in the GPU tests, but a failed end is costly (the
+        // graph is taken for freed by the driver), so it is not left to the thread's note. The
+        // bind also refuses a host callback's thread.
+        self.stream.handle.ctx.bind_checked()?;
         let ended = self.finish_capture();
         self.active = None;
         ended

@@ -1176,8 +1176,8 @@ impl GraphHandle {
         Self::create_bound(ctx)
     }
 
-    /// [`create`](Self::create) for a caller that has just bound `ctx` (one driver call fewer
-    /// per capture).
+    /// [`create`](Self::create) for a caller that has just bound `ctx`, with nothing run since
+    /// that could change the current context (one driver call fewer per capture).
     pub(crate) fn create_bound(ctx: &Arc<PrimaryContext>) -> Result<Arc<Self>> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the context is current; `raw` is a valid out pointer; flags must be 0.
