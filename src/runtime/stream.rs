@@ -620,14 +620,17 @@ impl Stream {
         &self,
         owners: impl IntoIterator<Item = super::OwnerRef<'a>>,
     ) -> Result<()> {
-        let held: smallvec::SmallVec<[crate::driver::graph::Owner; 2]> = owners
+        let mut borrowed = owners
             .into_iter()
             .filter(|o| o.alloc().is_some_and(DeviceAlloc::is_borrowed))
-            .map(|o| o.owner())
-            .collect();
-        if held.is_empty() {
+            .peekable();
+        // The usual case, no borrowed memory: no list is built (building and dropping an empty
+        // one were two calls per launch).
+        if borrowed.peek().is_none() {
             return Ok(());
         }
+        let held: smallvec::SmallVec<[crate::driver::graph::Owner; 2]> =
+            borrowed.map(|o| o.owner()).collect();
         match crate::driver::release::after_stream(self.raw(), Box::new(move || drop(held))) {
             Ok(()) => Ok(()),
             Err((_, job)) => {
