@@ -821,9 +821,10 @@ impl Raw {
         }
     }
 
-    fn explicit_chain(&self, n: usize) -> Result<(), String> {
-        let graph = RawGraph::create()?;
-        let params = sys::CUDA_KERNEL_NODE_PARAMS {
+    /// A one-thread launch of `empty_kernel` as a kernel node's parameters, naming `ctx` (the
+    /// driver takes the function's context when `func` is set, whatever `ctx` says).
+    fn empty_node_params(&self, ctx: sys::CUcontext) -> sys::CUDA_KERNEL_NODE_PARAMS {
+        sys::CUDA_KERNEL_NODE_PARAMS {
             func: self.empty,
             gridDimX: 1,
             gridDimY: 1,
@@ -835,8 +836,13 @@ impl Raw {
             kernelParams: null_mut(),
             extra: null_mut(),
             kern: null_mut(),
-            ctx: self.ctx,
-        };
+            ctx,
+        }
+    }
+
+    fn explicit_chain(&self, n: usize) -> Result<(), String> {
+        let graph = RawGraph::create()?;
+        let params = self.empty_node_params(self.ctx);
         let mut prev: sys::CUgraphNode = null_mut();
         for i in 0..n {
             let (deps, count) = if i == 0 {
@@ -868,20 +874,7 @@ impl Raw {
     /// [`explicit_chain`](Self::explicit_chain) with what [`Floor`] adds to an explicit node.
     fn explicit_chain_floor(&self, floor: &Floor, n: usize) -> Result<(), String> {
         let graph = RawGraph::create()?;
-        let params = sys::CUDA_KERNEL_NODE_PARAMS {
-            func: self.empty,
-            gridDimX: 1,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: 1,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            kernelParams: null_mut(),
-            extra: null_mut(),
-            kern: null_mut(),
-            ctx: null_mut(),
-        };
+        let params = self.empty_node_params(null_mut());
         let mut prev: sys::CUgraphNode = null_mut();
         for i in 0..n {
             floor.bind_checked(self.ctx)?;
