@@ -855,19 +855,19 @@ impl KeptSet {
 
     /// Adds `addr`; whether it was not in the set.
     fn insert(&mut self, addr: usize) -> bool {
-        if self.len <= Self::FEW {
-            if self.few[..self.len].contains(&addr) {
-                return false;
-            }
-            if self.len < Self::FEW {
-                self.few[self.len] = addr;
-                self.len += 1;
-                return true;
-            }
-            // The list is full: from now on the hash set holds everything.
-            self.many.extend(self.few);
-            self.len = Self::FEW + 1;
+        if !self.many.is_empty() {
+            return self.many.insert(addr);
         }
+        if self.few[..self.len].contains(&addr) {
+            return false;
+        }
+        if self.len < Self::FEW {
+            self.few[self.len] = addr;
+            self.len += 1;
+            return true;
+        }
+        // The list is full: from now on the hash set holds everything.
+        self.many.extend(self.few);
         self.many.insert(addr)
     }
 }
