@@ -7,7 +7,8 @@
 //! cargo run --release --example host_cost -- explicit 1000   # on a GPU: just runs the case
 //! ```
 //!
-//! Cases: `explicit`, `explicit-buf` (one buffer argument), `explicit-typed`, `capture`,
+//! Cases: `explicit`, `explicit-buf` (one buffer argument, its `KernelArgs` built per node, as
+//! for `capture-buf` per launch), `explicit-typed`, `capture`,
 //! `capture-buf`, `capture-typed`, `stream` (launches on a stream, not captured), `cycle` (N
 //! captures of one launch each: begin, launch, end, drop), `raw-explicit`, `raw-capture`,
 //! `raw-cycle`.
@@ -24,10 +25,14 @@ fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
     let module = device.load_module(KERNELS)?;
     let f = module.function("empty_kernel")?;
     let buf = device.alloc_zeroed::<i32>(64)?;
-    let args = if case.ends_with("-buf") {
-        KernelArgs::new().arg(&buf)
-    } else {
-        KernelArgs::new()
+    // The arguments are built per launch or node, as a caller usually does.
+    let with_buf = case.ends_with("-buf");
+    let args = || {
+        if with_buf {
+            KernelArgs::new().arg(&buf)
+        } else {
+            KernelArgs::new()
+        }
     };
     match case {
         "explicit" | "explicit-buf" => {
@@ -40,7 +45,7 @@ fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
                 };
                 // SAFETY: empty_kernel ignores its (absent or extra) arguments and touches no
                 // memory; an extra argument is passed but never read.
-                let node = unsafe { def.add_kernel_unchecked(deps, &f, LaunchConfig::single(), &args)? };
+                let node = unsafe { def.add_kernel_unchecked(deps, &f, LaunchConfig::single(), &args())? };
                 prev = Some(node.node());
             }
         }
@@ -49,7 +54,7 @@ fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
             let b = stream.create_graph_builder().begin_building(Relaxed)?;
             for _ in 0..n {
                 // SAFETY: as above.
-                unsafe { b.launch_unchecked(&f, LaunchConfig::single(), &args)? };
+                unsafe { b.launch_unchecked(&f, LaunchConfig::single(), &args())? };
             }
             b.end_building()?;
         }
@@ -80,7 +85,7 @@ fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
             let stream = device.create_stream()?;
             for _ in 0..n {
                 // SAFETY: as above.
-                unsafe { stream.launch_unchecked(&f, LaunchConfig::single(), &args)? };
+                unsafe { stream.launch_unchecked(&f, LaunchConfig::single(), &args())? };
             }
             stream.synchronize()?;
         }
@@ -89,7 +94,7 @@ fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
             for _ in 0..n {
                 let b = stream.create_graph_builder().begin_building(Relaxed)?;
                 // SAFETY: as above.
-                unsafe { b.launch_unchecked(&f, LaunchConfig::single(), &args)? };
+                unsafe { b.launch_unchecked(&f, LaunchConfig::single(), &args())? };
                 drop(b.end_building()?);
             }
         }

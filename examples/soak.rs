@@ -433,7 +433,7 @@ impl CrateSide {
         r.map_err(|e| format!("crate: {e}"))
     }
 
-    fn add_one_args(&self) -> KernelArgs {
+    fn add_one_args(&self) -> KernelArgs<'_> {
         KernelArgs::new().arg(&self.buf)
     }
 

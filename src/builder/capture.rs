@@ -122,7 +122,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         &self,
         function: &Function,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<()>
     where
         S: IsCapturing,

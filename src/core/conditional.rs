@@ -40,14 +40,20 @@ impl ConditionalHandle {
 }
 
 impl KernelArg for ConditionalHandle {
-    fn push_to(&self, args: &mut KernelArgs) {
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
         args.push_value(self.raw);
     }
 }
 
 impl KernelArg for &ConditionalHandle {
-    fn push_to(&self, args: &mut KernelArgs) {
-        (**self).push_to(args);
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
+        args.push_value(self.raw);
     }
 }
 

@@ -467,7 +467,10 @@ impl GraphAllocation {
 }
 
 impl KernelArg for &GraphAllocation {
-    fn push_to(&self, args: &mut KernelArgs) {
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
         args.push_value(self.ptr);
     }
 }
@@ -628,20 +631,21 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         function: &Function,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<KernelNode> {
         self.same_device(function.device, "kernel's module")?;
         let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
         let params = config.kernel_node_params(function, args.fill_pointers(&mut ptrs, &mut spill));
-        if let [one] = args.keep.as_slice() {
-            let extra = SharedRef::new(one);
+        if let Some(one) = args.only_owner() {
+            let extra = one.shared();
             // SAFETY: as below.
             return unsafe { self.add_kernel_params(deps, function, &params, Some(extra), |_| {}) };
         }
         let keep = |owners: &mut Owners| {
-            owners.reserve_exact(args.keep.len());
-            for k in args.keep.iter() {
-                owners.push(k.clone());
+            let held = args.owners();
+            owners.reserve_exact(held.clone().count());
+            for o in held {
+                owners.push(o.owner());
             }
         };
         // SAFETY: `params` points at argument storage that outlives the call; the caller

@@ -58,7 +58,7 @@ pub struct NodeParams<K: NodeKind> {
 pub(crate) struct KernelParams {
     function: Function,
     config: LaunchConfig,
-    args: KernelArgs,
+    args: KernelArgs<'static>,
 }
 
 /// The parameters themselves, without raw pointers (so `NodeParams` is `Send + Sync`); the
@@ -183,11 +183,12 @@ impl NodeParams<node_kind::Kernel> {
     pub unsafe fn kernel_unchecked(
         function: &Function,
         config: LaunchConfig,
-        args: KernelArgs,
+        args: KernelArgs<'_>,
     ) -> Self {
+        let args = args.into_owned();
         let mut owners = Owners::new();
         owners.push(function.module.clone());
-        owners.extend(args.keep.iter().cloned());
+        owners.extend(args.owners().map(|o| o.owner()));
         let device = Some(function.module.ctx.device);
         Self::new(
             RawParams::Kernel(Box::new(KernelParams {

@@ -963,16 +963,25 @@ impl DeviceGraph {
     }
 }
 
+/// Given by value, the arguments hold the device graph's exec.
 impl KernelArg for DeviceGraph {
-    fn push_to(&self, args: &mut KernelArgs) {
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
         args.push_value(self.raw);
-        args.keep_alive(self.keep.clone());
+        args.keep_owned(self.keep);
     }
 }
 
+/// Given by reference, the arguments borrow it.
 impl KernelArg for &DeviceGraph {
-    fn push_to(&self, args: &mut KernelArgs) {
-        (*self).push_to(args);
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
+        args.push_value(self.raw);
+        args.keep_borrowed(crate::runtime::OwnerRef::Other(&self.keep));
     }
 }
 

@@ -32,7 +32,9 @@ pub(crate) mod sealed {
     /// A value that may be passed for a parameter of type `P`.
     pub trait ArgFor<P> {
         /// Appends this value as a `P` parameter.
-        fn push_as(&self, args: &mut KernelArgs);
+        fn push_as<'a>(self, args: &mut KernelArgs<'a>)
+        where
+            Self: 'a;
         /// Points `refs` at this value's bytes as a `P` parameter, and at what it keeps alive.
         fn refs_as<'a>(&'a self, refs: &mut super::ArgRefs<'a>);
     }
@@ -40,7 +42,9 @@ pub(crate) mod sealed {
     /// A tuple of arguments for the signature `S`.
     pub trait ArgsFor<S> {
         /// Appends every argument, in order.
-        fn push_all(self, args: &mut KernelArgs);
+        fn push_all<'a>(self, args: &mut KernelArgs<'a>)
+        where
+            Self: 'a;
         /// Points `refs` at every argument, in order.
         fn refs_all<'a>(&'a self, refs: &mut super::ArgRefs<'a>);
     }
@@ -98,7 +102,10 @@ pub trait ArgFor<P: KernelParam>: KernelArg + sealed::ArgFor<P> {}
 macro_rules! arg_for {
     ($( [$($g:tt)*] $a:ty => $p:ty, |$this:ident, $refs:ident| $body:expr; )*) => {$(
         impl<$($g)*> $crate::runtime::kernel_sealed::ArgFor<$p> for $a {
-            fn push_as(&self, args: &mut $crate::KernelArgs) {
+            fn push_as<'a>(self, args: &mut $crate::KernelArgs<'a>)
+            where
+                Self: 'a,
+            {
                 $crate::KernelArg::push_to(self, args);
             }
             fn refs_as<'a>(&'a self, $refs: &mut $crate::runtime::ArgRefs<'a>) {
@@ -174,12 +181,15 @@ impl<T: DeviceCopy> sealed::Param for Slice<T> {
 }
 impl<T: DeviceCopy> KernelParam for Slice<T> {}
 impl<T: DeviceCopy> sealed::ArgFor<Slice<T>> for &DeviceBuffer<T> {
-    fn push_as(&self, args: &mut KernelArgs) {
+    fn push_as<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
         args.push_value(RawSlice {
             ptr: self.device_ptr(),
             len: self.len() as u64,
         });
-        args.keep_alive(self.alloc.clone());
+        args.keep_borrowed(OwnerRef::Alloc(&self.alloc));
     }
     fn refs_as<'a>(&'a self, refs: &mut ArgRefs<'a>) {
         refs.slice(&self.alloc, self.len());
@@ -187,8 +197,11 @@ impl<T: DeviceCopy> sealed::ArgFor<Slice<T>> for &DeviceBuffer<T> {
 }
 impl<T: DeviceCopy> ArgFor<Slice<T>> for &DeviceBuffer<T> {}
 impl<T: DeviceCopy> sealed::ArgFor<Slice<T>> for &mut DeviceBuffer<T> {
-    fn push_as(&self, args: &mut KernelArgs) {
-        sealed::ArgFor::<Slice<T>>::push_as(&&**self, args);
+    fn push_as<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
+        sealed::ArgFor::<Slice<T>>::push_as(&*self, args);
     }
     fn refs_as<'a>(&'a self, refs: &mut ArgRefs<'a>) {
         refs.slice(&self.alloc, self.len());
@@ -221,9 +234,12 @@ macro_rules! signatures {
         impl<$($p: KernelParam),*> Signature for ($($p,)*) {}
         impl<$($p: KernelParam, $a: ArgFor<$p>),*> sealed::ArgsFor<($($p,)*)> for ($($a,)*) {
             #[allow(non_snake_case, unused_variables)]
-            fn push_all(self, args: &mut KernelArgs) {
+            fn push_all<'a>(self, args: &mut KernelArgs<'a>)
+            where
+                Self: 'a,
+            {
                 let ($($a,)*) = self;
-                $( sealed::ArgFor::<$p>::push_as(&$a, args); )*
+                $( sealed::ArgFor::<$p>::push_as($a, args); )*
             }
             #[allow(non_snake_case, unused_variables)]
             fn refs_all<'a>(&'a self, refs: &mut ArgRefs<'a>) {
@@ -253,8 +269,11 @@ signatures! {
 
 /// A single argument for a one-parameter kernel, without the tuple: `launch(&k, cfg, &buf)`.
 impl<P: KernelParam, A: ArgFor<P>> sealed::ArgsFor<(P,)> for A {
-    fn push_all(self, args: &mut KernelArgs) {
-        sealed::ArgFor::<P>::push_as(&self, args);
+    fn push_all<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
+        sealed::ArgFor::<P>::push_as(self, args);
     }
     fn refs_all<'a>(&'a self, refs: &mut ArgRefs<'a>) {
         sealed::ArgFor::<P>::refs_as(self, refs);
@@ -335,7 +354,7 @@ impl<S: Signature> Kernel<S> {
     /// assert_eq!(args.len(), 2);
     /// # }
     /// ```
-    pub fn args(&self, args: impl ArgsFor<S>) -> KernelArgs {
+    pub fn args<'a>(&self, args: impl ArgsFor<S> + 'a) -> KernelArgs<'a> {
         collect(args)
     }
 }
@@ -563,7 +582,7 @@ pub(crate) fn with_refs<S: Signature, R>(
 }
 
 /// Collects typed arguments into [`KernelArgs`].
-pub(crate) fn collect<S: Signature>(args: impl ArgsFor<S>) -> KernelArgs {
+pub(crate) fn collect<'a, S: Signature>(args: impl ArgsFor<S> + 'a) -> KernelArgs<'a> {
     let mut out = KernelArgs::new();
     sealed::ArgsFor::push_all(args, &mut out);
     out
@@ -678,7 +697,7 @@ mod tests {
         assert_eq!(sizes::<(bool, u16, [f32; 3], f64)>(), &[1, 2, 12, 8]);
     }
 
-    fn args_of<S: Signature>(a: impl ArgsFor<S>) -> KernelArgs {
+    fn args_of<'a, S: Signature>(a: impl ArgsFor<S> + 'a) -> KernelArgs<'a> {
         collect(a)
     }
 

@@ -1,12 +1,11 @@
 use std::alloc::Layout;
-use std::any::Any;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::{DeviceBuffer, DeviceCopy};
+use super::{DeviceBuffer, DeviceCopy, OwnerRef};
+use crate::driver::graph::Owner;
 
 /// Grid and block dimensions and dynamic shared memory for a kernel launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,14 +74,60 @@ impl LaunchConfig {
 }
 
 /// A value that can be passed to a kernel: numbers by value, buffers by device address.
+///
+/// `push_to` takes the value itself: a reference (`&DeviceBuffer<T>`) is given by value, and
+/// [`KernelArgs`] borrows what it refers to for as long as the reference lives (`Self: 'a`).
+/// Implement it for a type of your own by pushing its parts:
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # use cuda_graph::*;
+/// /// A `(float* data, int n)` pair, as a kernel takes it.
+/// struct Span<'b>(&'b DeviceBuffer<f32>);
+///
+/// impl KernelArg for Span<'_> {
+///     fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+///     where
+///         Self: 'a,
+///     {
+///         args.push(self.0).push(self.0.len() as i32);
+///     }
+/// }
+/// # fn f(buf: &DeviceBuffer<f32>) {
+/// let args = KernelArgs::new().arg(Span(buf));
+/// assert_eq!(args.len(), 2);
+/// # }
+/// ```
 pub trait KernelArg {
     /// Appends this argument to `args`.
-    fn push_to(&self, args: &mut KernelArgs);
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a;
 }
 
-/// The arguments of one kernel launch, in order, and the resources they refer to.
+/// What an argument keeps alive: borrowed while the arguments are (a buffer given by
+/// reference), or held by them (a [`DeviceGraph`](crate::DeviceGraph) given by value).
+enum Held<'a> {
+    Borrowed(OwnerRef<'a>),
+    Owned(Owner),
+}
+
+impl<'a> Held<'a> {
+    #[inline]
+    fn as_ref(&self) -> OwnerRef<'_> {
+        match self {
+            Held::Borrowed(r) => *r,
+            Held::Owned(o) => OwnerRef::Other(o),
+        }
+    }
+}
+
+/// The arguments of one kernel launch, in order, and what they refer to.
 ///
-/// A buffer passed as an argument is kept alive by every graph that captures the launch.
+/// A buffer passed as an argument is borrowed (`KernelArgs<'a>` lives no longer than the
+/// buffers in it); a launch, node or parameter set made from the arguments takes its own hold on
+/// each, so every graph that uses the launch keeps the buffer alive. Building a `KernelArgs` per
+/// launch costs no reference counting.
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
@@ -91,38 +136,50 @@ pub trait KernelArg {
 /// # }
 /// ```
 ///
-/// Each argument is stored in an allocation of its own with its type's layout (size and
-/// alignment), so a `#[repr(C, align(16))]` or `align(64)` [`DeviceCopy`] argument is as aligned
-/// as its type requires while the driver reads it.
-#[derive(Default)]
-pub struct KernelArgs {
+/// Arguments of up to 16 bytes and alignment are stored inline (8 of them before the list
+/// allocates); a larger or more aligned one in an allocation of its own with its type's layout,
+/// so a `#[repr(C, align(64))]` [`DeviceCopy`] argument is as aligned as its type requires while
+/// the driver reads it.
+pub struct KernelArgs<'a> {
     /// Each argument's bytes, with its type's alignment (inline for up to 8 arguments). Dropped
     /// by `KernelArgs`'s `Drop`, with `keep`.
     values: ManuallyDrop<SmallVec<[ArgValue; 8]>>,
-    /// Resources the arguments refer to.
-    pub(crate) keep: ManuallyDrop<SmallVec<[Arc<dyn Any + Send + Sync>; 2]>>,
+    /// What the arguments refer to.
+    keep: ManuallyDrop<SmallVec<[Held<'a>; 2]>>,
+    /// Whether an element of either list has something to free (a heap-stored value or an owner
+    /// held): `Drop` skips the lists' drop code when neither this nor a spilled list says so.
+    owns: bool,
 }
 
-impl Drop for KernelArgs {
-    /// An empty list (a kernel without parameters, often launched with `&KernelArgs::new()`
-    /// each time) holds nothing to drop and is done here, inline in the caller; others are
-    /// dropped out of line. The fields' own drop code is two calls per list, which after the
-    /// driver's work between two launches cost a measurable share of a captured launch (see
-    /// DESIGN, "What the crate's instructions cost between driver calls").
+impl Default for KernelArgs<'_> {
+    #[inline]
+    fn default() -> Self {
+        KernelArgs {
+            values: ManuallyDrop::new(SmallVec::new()),
+            keep: ManuallyDrop::new(SmallVec::new()),
+            owns: false,
+        }
+    }
+}
+
+impl Drop for KernelArgs<'_> {
+    /// Lists whose elements hold nothing to free (inline values, borrowed owners) and that did
+    /// not spill are done here, inline in the caller: the usual launch's arguments, built per
+    /// launch. Others are dropped out of line. The fields' own drop code is two calls per
+    /// list, which after the driver's work between two launches cost a measurable share of a
+    /// captured launch (see DESIGN, "What the crate's instructions cost between driver calls").
     #[inline]
     fn drop(&mut self) {
-        if self.values.is_empty()
-            && !self.values.spilled()
-            && self.keep.is_empty()
-            && !self.keep.spilled()
-        {
+        if !self.owns && !self.values.spilled() && !self.keep.spilled() {
+            // Nothing to free: inline values and borrowed owners have no drop code that does
+            // anything, and neither list allocated.
             return;
         }
         self.drop_fields();
     }
 }
 
-impl KernelArgs {
+impl KernelArgs<'_> {
     /// Drops both lists (only from `drop`).
     #[inline(never)]
     fn drop_fields(&mut self) {
@@ -134,10 +191,11 @@ impl KernelArgs {
     }
 }
 
-impl std::fmt::Debug for KernelArgs {
+impl std::fmt::Debug for KernelArgs<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelArgs")
             .field("count", &self.values.len())
+            .field("keeps", &self.keep.len())
             .finish_non_exhaustive()
     }
 }
@@ -149,7 +207,7 @@ pub(crate) type ArgPointers = [std::mem::MaybeUninit<*mut std::ffi::c_void>; 16]
 /// An [`ArgPointers`] to fill.
 pub(crate) const NO_POINTERS: ArgPointers = [std::mem::MaybeUninit::uninit(); 16];
 
-impl KernelArgs {
+impl<'a> KernelArgs<'a> {
     /// No arguments.
     ///
     /// ```no_run
@@ -177,7 +235,7 @@ impl KernelArgs {
     /// ```
     #[must_use = "`arg` returns the arguments with the new one; use `push` to add in place"]
     #[inline]
-    pub fn arg(mut self, value: impl KernelArg) -> Self {
+    pub fn arg(mut self, value: impl KernelArg + 'a) -> Self {
         value.push_to(&mut self);
         self
     }
@@ -196,7 +254,7 @@ impl KernelArgs {
     /// # Ok(()) }
     /// ```
     #[inline]
-    pub fn push(&mut self, value: impl KernelArg) -> &mut Self {
+    pub fn push(&mut self, value: impl KernelArg + 'a) -> &mut Self {
         value.push_to(self);
         self
     }
@@ -244,13 +302,65 @@ impl KernelArgs {
     /// args.push_value(Params { n: 4, scale: 0.5 });
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn push_value<T: DeviceCopy>(&mut self, value: T) {
-        self.values.push(ArgValue::new(value));
+        let value = ArgValue::new(value);
+        self.owns |= matches!(value, ArgValue::Heap { .. });
+        self.values.push(value);
     }
 
-    /// Keeps `resource` alive as long as a graph that captures this launch.
-    pub(crate) fn keep_alive(&mut self, resource: Arc<dyn Any + Send + Sync>) {
-        self.keep.push(resource);
+    /// Borrows `owner` for as long as the arguments live: what uses them takes its own hold.
+    #[inline]
+    pub(crate) fn keep_borrowed(&mut self, owner: OwnerRef<'a>) {
+        self.keep.push(Held::Borrowed(owner));
+    }
+
+    /// Holds `owner` with the arguments (an argument given by value).
+    pub(crate) fn keep_owned(&mut self, owner: Owner) {
+        self.owns = true;
+        self.keep.push(Held::Owned(owner));
+    }
+
+    /// What the arguments refer to, borrowed.
+    #[inline]
+    pub(crate) fn owners(&self) -> impl Iterator<Item = OwnerRef<'_>> + Clone {
+        self.keep.iter().map(Held::as_ref)
+    }
+
+    /// The one thing the arguments refer to, if there is exactly one.
+    #[inline]
+    pub(crate) fn only_owner(&self) -> Option<OwnerRef<'_>> {
+        match self.keep.as_slice() {
+            [one] => Some(one.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The same arguments holding what they refer to, for parameters kept past the call that
+    /// made them ([`NodeParams`](crate::NodeParams)).
+    pub(crate) fn into_owned(mut self) -> KernelArgs<'static> {
+        // SAFETY: `self` is forgotten right after, so neither list is dropped twice; the lists
+        // are moved out once.
+        let (values, keep) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.values),
+                ManuallyDrop::take(&mut self.keep),
+            )
+        };
+        let owns = self.owns || !keep.is_empty();
+        std::mem::forget(self);
+        let keep = keep
+            .into_iter()
+            .map(|h| match h {
+                Held::Borrowed(r) => Held::Owned(r.owner()),
+                Held::Owned(o) => Held::Owned(o),
+            })
+            .collect();
+        KernelArgs {
+            values: ManuallyDrop::new(values),
+            keep: ManuallyDrop::new(keep),
+            owns,
+        }
     }
 
     /// Writes the `void**` array `cuLaunchKernel` and kernel nodes take into `out` (up to 16
@@ -351,28 +461,44 @@ unsafe impl Send for ArgValue {}
 unsafe impl Sync for ArgValue {}
 
 impl<T: DeviceCopy> KernelArg for T {
-    fn push_to(&self, args: &mut KernelArgs) {
-        args.push_value(*self);
+    #[inline]
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
+        args.push_value(self);
     }
 }
 
 /// A C++ `bool` parameter: one byte, 0 or 1.
 impl KernelArg for bool {
-    fn push_to(&self, args: &mut KernelArgs) {
-        args.push_value(u8::from(*self));
+    #[inline]
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
+        args.push_value(u8::from(self));
     }
 }
 
 impl<T: DeviceCopy> KernelArg for &DeviceBuffer<T> {
-    fn push_to(&self, args: &mut KernelArgs) {
+    #[inline]
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
         args.push_value(self.device_ptr());
-        args.keep_alive(self.alloc.clone());
+        args.keep_borrowed(OwnerRef::Alloc(&self.alloc));
     }
 }
 
 impl<T: DeviceCopy> KernelArg for &mut DeviceBuffer<T> {
-    fn push_to(&self, args: &mut KernelArgs) {
-        (&**self).push_to(args);
+    #[inline]
+    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
+        (&*self).push_to(args);
     }
 }
 
@@ -385,10 +511,10 @@ mod tests {
         // What `Drop` must free in its slow path: kept owners (inline and spilled), arguments
         // stored on the heap, and a spilled list of values.
         for (owners, values) in [(1usize, 0usize), (3, 0), (0, 9), (2, 12)] {
-            let held = Arc::new(0u8);
+            let held: Owner = std::sync::Arc::new(0u8);
             let mut args = KernelArgs::new();
             for _ in 0..owners {
-                args.keep_alive(held.clone());
+                args.keep_owned(held.clone());
             }
             for i in 0..values {
                 args.push_value(i as u64);
@@ -397,10 +523,10 @@ mod tests {
             if values > 0 {
                 args.push_value([7u64; 8]);
             }
-            assert_eq!(Arc::strong_count(&held), 1 + owners);
+            assert_eq!(std::sync::Arc::strong_count(&held), 1 + owners);
             drop(args);
             assert_eq!(
-                Arc::strong_count(&held),
+                std::sync::Arc::strong_count(&held),
                 1,
                 "{owners} owners, {values} values: the owners were not released"
             );
@@ -409,6 +535,32 @@ mod tests {
         let empty = KernelArgs::new();
         assert!(empty.is_empty() && empty.keep.is_empty());
         drop(empty);
+    }
+
+    #[test]
+    fn borrowed_owners_are_held_only_once_the_arguments_are_made_owned() {
+        let held: Owner = std::sync::Arc::new(0u8);
+        let mut args = KernelArgs::new();
+        args.keep_borrowed(OwnerRef::Other(&held));
+        args.push_value(1u32);
+        assert!(!args.owns, "borrowing alone leaves nothing to free");
+        assert_eq!(
+            std::sync::Arc::strong_count(&held),
+            1,
+            "borrowing counts nothing"
+        );
+        let owned = args.into_owned();
+        assert_eq!(std::sync::Arc::strong_count(&held), 2);
+        assert_eq!((owned.len(), owned.owners().count()), (1, 1));
+        assert!(owned.only_owner().is_some());
+        // SAFETY: the one pointer points at the `u32` pushed.
+        assert_eq!(unsafe { *(owned.pointers()[0] as *const u32) }, 1);
+        drop(owned);
+        assert_eq!(
+            std::sync::Arc::strong_count(&held),
+            1,
+            "the owned copy was released"
+        );
     }
 
     #[test]

@@ -38,4 +38,4 @@ static_assertions::assert_impl_all!(GraphMemoryUsage: Send, Sync, Copy, Default,
 static_assertions::assert_impl_all!(Module: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(Function: Send, Sync, Clone, std::fmt::Debug);
 static_assertions::assert_impl_all!(Kernel<(*mut f32, u32)>: Send, Sync, Clone, std::fmt::Debug);
-static_assertions::assert_impl_all!(KernelArgs: Send, Sync, std::fmt::Debug);
+static_assertions::assert_impl_all!(KernelArgs<'static>: Send, Sync, std::fmt::Debug);

@@ -459,7 +459,7 @@ impl Stream {
         &self,
         function: &Function,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { self.launch_unchecked_via(None, function, config, args) }
@@ -475,11 +475,11 @@ impl Stream {
         own: Option<OwnCapture<'_>>,
         function: &Function,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<()> {
         let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
         let params = args.fill_pointers(&mut ptrs, &mut spill);
-        let owners = args.keep.iter().map(super::OwnerRef::Other);
+        let owners = args.owners();
         // SAFETY: `params` points at `args.len()` pointers to argument storage that lives until
         // the call returns; the caller promises the arguments match the kernel.
         unsafe { self.launch_recorded(own, function, &config, params, owners, |_| Ok(())) }

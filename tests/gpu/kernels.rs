@@ -21,6 +21,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         typed_launches_keep_their_buffers_alive,
     ),
     (
+        "kernels::untyped_arguments_borrow_and_what_is_made_from_them_holds",
+        Needs::Gpu,
+        untyped_arguments_borrow_and_what_is_made_from_them_holds,
+    ),
+    (
         "kernels::slices_carry_their_length",
         Needs::Gpu,
         slices_carry_their_length,
@@ -183,6 +188,58 @@ fn typed_launches_keep_their_buffers_alive(gpu: &Gpu) -> TestResult {
     assert!(
         eventually(|| watch.is_released()),
         "the buffer outlived the graph"
+    );
+    Ok(())
+}
+
+/// `KernelArgs` borrows its buffers (no count taken per launch); the capture, the node and the
+/// `NodeParams` made from it each hold the buffer themselves, past the arguments and the
+/// caller's handle.
+fn untyped_arguments_borrow_and_what_is_made_from_them_holds(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch_buf = buf.release_observer();
+    let args = KernelArgs::new().arg(&buf);
+    assert_eq!(buf.share_count(), 1, "the arguments borrow the buffer");
+    let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    // SAFETY: add_one(int*) writes p[0]; the buffer holds one int.
+    unsafe { b.launch_unchecked(&add_one, one(), &args)? };
+    drop(args);
+    let graph = b.end_building()?.instantiate()?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: as above.
+    let k =
+        unsafe { def.add_kernel_unchecked(&[], &add_one, one(), &KernelArgs::new().arg(&buf))? };
+    let mut exec = def.instantiate()?;
+    // Parameters made from borrowed arguments outlive the buffer's handle.
+    let (params, other_watch) = {
+        let other = gpu.device.alloc_zeroed::<i32>(1)?;
+        let watch = other.release_observer();
+        // SAFETY: as above.
+        let p =
+            unsafe { NodeParams::kernel_unchecked(&add_one, one(), KernelArgs::new().arg(&other)) };
+        (p, watch)
+    };
+    assert!(!other_watch.is_released(), "the parameters hold the buffer");
+    exec.set_params(&k, params)?;
+    drop(buf);
+    assert!(
+        !watch_buf.is_released(),
+        "the graph and the definition hold the buffer"
+    );
+    let s = gpu.stream();
+    graph.launch(&s)?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    drop((graph, exec));
+    assert!(
+        !watch_buf.is_released(),
+        "the definition's node still holds the buffer"
+    );
+    drop(def);
+    assert!(
+        eventually(|| watch_buf.is_released() && other_watch.is_released()),
+        "the buffers outlived the graphs and the definition"
     );
     Ok(())
 }
