@@ -185,10 +185,11 @@ impl NodeParams<node_kind::Kernel> {
         config: LaunchConfig,
         args: KernelArgs<'_>,
     ) -> Self {
-        let args = args.into_owned();
         let mut owners = Owners::new();
         owners.push(function.module.clone());
         owners.extend(args.owners().map(|o| o.owner()));
+        // The parameters hold the owners (`owners`); the arguments keep their values alone.
+        let args = args.into_values();
         let device = Some(function.module.ctx.device);
         Self::new(
             RawParams::Kernel(Box::new(KernelParams {

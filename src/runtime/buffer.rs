@@ -50,7 +50,8 @@ use crate::error::{Error, Result};
 ///   unspecified, so a kernel must not depend on them.
 ///
 /// **Supported alignments**: every alignment the Rust type can have. A kernel argument is stored
-/// on the host in an allocation of its own with the type's alignment, and the driver copies it
+/// on the host with the type's alignment (inline when it fits 16 bytes at an alignment of at
+/// most 16, else in an allocation of its own with the type's layout), and the driver copies it
 /// into the kernel's parameter space at the offset the kernel declares. Device buffers start at a
 /// `cuMemAlloc` address, aligned to at least 256 bytes, so elements of alignment up to 256 are
 /// aligned on the device (and host copies go through `Vec<Self>` / `&[Self]`, aligned for the

@@ -76,7 +76,8 @@ impl LaunchConfig {
 /// A value that can be passed to a kernel: numbers by value, buffers by device address.
 ///
 /// `push_to` takes the value itself: a reference (`&DeviceBuffer<T>`) is given by value, and
-/// [`KernelArgs`] borrows what it refers to for as long as the reference lives (`Self: 'a`).
+/// [`KernelArgs`] borrows what it refers to; the arguments live no longer than the reference
+/// (`Self: 'a`).
 /// Implement it for a type of your own by pushing its parts:
 ///
 /// ```no_run
@@ -125,8 +126,10 @@ impl<'a> Held<'a> {
 /// The arguments of one kernel launch, in order, and what they refer to.
 ///
 /// A buffer passed as an argument is borrowed (`KernelArgs<'a>` lives no longer than the
-/// buffers in it); a launch, node or parameter set made from the arguments takes its own hold on
-/// each, so every graph that uses the launch keeps the buffer alive. Building a `KernelArgs` per
+/// buffers in it). A capture, a kernel node or [`NodeParams`](crate::NodeParams) made from the
+/// arguments takes its own hold on each, so every graph that uses the launch keeps the buffer
+/// alive; a launch on a stream outside a capture needs none (see
+/// [`Stream::launch_unchecked`](crate::Stream::launch_unchecked)). Building a `KernelArgs` per
 /// launch costs no reference counting.
 ///
 /// ```no_run
@@ -336,29 +339,26 @@ impl<'a> KernelArgs<'a> {
         }
     }
 
-    /// The same arguments holding what they refer to, for parameters kept past the call that
-    /// made them ([`NodeParams`](crate::NodeParams)).
-    pub(crate) fn into_owned(mut self) -> KernelArgs<'static> {
-        // SAFETY: `self` is forgotten right after, so neither list is dropped twice; the lists
-        // are moved out once.
+    /// The argument values alone, for parameters kept past the call that made them
+    /// ([`NodeParams`](crate::NodeParams), which holds the owners itself): what they refer to is
+    /// let go (borrowed entries) or dropped (held ones).
+    pub(crate) fn into_values(mut self) -> KernelArgs<'static> {
+        // SAFETY: `self` is forgotten right after, so neither list is dropped twice; each is
+        // taken out once, and nothing between the takes and the forget can panic.
         let (values, keep) = unsafe {
             (
                 ManuallyDrop::take(&mut self.values),
                 ManuallyDrop::take(&mut self.keep),
             )
         };
-        let owns = self.owns || !keep.is_empty();
+        // Still true if a value is stored on the heap (it may also be for a held owner, which
+        // only costs the out-of-line drop).
+        let owns = self.owns;
         std::mem::forget(self);
-        let keep = keep
-            .into_iter()
-            .map(|h| match h {
-                Held::Borrowed(r) => Held::Owned(r.owner()),
-                Held::Owned(o) => Held::Owned(o),
-            })
-            .collect();
+        drop(keep);
         KernelArgs {
             values: ManuallyDrop::new(values),
-            keep: ManuallyDrop::new(keep),
+            keep: ManuallyDrop::new(SmallVec::new()),
             owns,
         }
     }
@@ -538,8 +538,9 @@ mod tests {
     }
 
     #[test]
-    fn borrowed_owners_are_held_only_once_the_arguments_are_made_owned() {
+    fn borrowed_owners_are_counted_by_no_one_and_values_outlive_them() {
         let held: Owner = std::sync::Arc::new(0u8);
+        let kept: Owner = std::sync::Arc::new(1u8);
         let mut args = KernelArgs::new();
         args.keep_borrowed(OwnerRef::Other(&held));
         args.push_value(1u32);
@@ -549,17 +550,33 @@ mod tests {
             1,
             "borrowing counts nothing"
         );
-        let owned = args.into_owned();
-        assert_eq!(std::sync::Arc::strong_count(&held), 2);
-        assert_eq!((owned.len(), owned.owners().count()), (1, 1));
-        assert!(owned.only_owner().is_some());
-        // SAFETY: the one pointer points at the `u32` pushed.
-        assert_eq!(unsafe { *(owned.pointers()[0] as *const u32) }, 1);
-        drop(owned);
+        assert!(args.only_owner().is_some());
+        args.keep_owned(kept.clone());
+        assert!(args.owns && args.only_owner().is_none());
+        assert_eq!(args.owners().count(), 2);
+        let values = args.into_values();
+        assert_eq!((values.len(), values.owners().count()), (1, 0));
         assert_eq!(
-            std::sync::Arc::strong_count(&held),
+            std::sync::Arc::strong_count(&kept),
             1,
-            "the owned copy was released"
+            "the held owner was dropped"
+        );
+        // SAFETY: the one pointer points at the `u32` pushed.
+        assert_eq!(unsafe { *(values.pointers()[0] as *const u32) }, 1);
+    }
+
+    #[test]
+    fn a_value_stored_on_the_heap_is_freed_by_a_list_that_did_not_spill() {
+        let mut args = KernelArgs::new();
+        args.push_value(1u8);
+        assert!(!args.owns);
+        args.push_value([7u64; 8]);
+        assert!(!args.values.spilled());
+        // Without the flag `Drop` would skip the list and leak the value's allocation.
+        assert!(args.owns, "a heap-stored value marks the list as owning");
+        assert!(
+            args.into_values().owns,
+            "and so do the values taken out of it"
         );
     }
 
