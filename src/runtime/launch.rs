@@ -566,6 +566,31 @@ mod tests {
     }
 
     #[test]
+    fn an_argument_that_panics_while_pushed_leaves_the_list_to_unwinding() {
+        struct Bad<'b>(&'b Owner);
+        impl KernelArg for Bad<'_> {
+            fn push_to<'a>(self, args: &mut KernelArgs<'a>)
+            where
+                Self: 'a,
+            {
+                args.keep_owned(self.0.clone());
+                args.push_value([1u64; 8]);
+                panic!("an argument's push_to panicked");
+            }
+        }
+        let held: Owner = std::sync::Arc::new(0u8);
+        let pushed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            KernelArgs::new().arg(1u32).arg(Bad(&held))
+        }));
+        assert!(pushed.is_err());
+        assert_eq!(
+            std::sync::Arc::strong_count(&held),
+            1,
+            "unwinding dropped the arguments and what they held"
+        );
+    }
+
+    #[test]
     fn a_value_stored_on_the_heap_is_freed_by_a_list_that_did_not_spill() {
         let mut args = KernelArgs::new();
         args.push_value(1u8);

@@ -442,6 +442,12 @@ impl Stream {
     /// Launches an untyped `function` on this stream (or into its capture): the raw form of
     /// [`launch`](Self::launch), for kernels without a declared [`Kernel`](crate::Kernel) signature.
     ///
+    /// What `args` borrows is held as long as the launch needs it: in a capture, by the graph
+    /// (and every exec made from it); outside one, the crate's own buffers need no hold (freeing
+    /// one waits for the device), and memory borrowed from elsewhere
+    /// ([`DeviceBuffer::from_raw`](crate::DeviceBuffer::from_raw), cudarc's) is held until the
+    /// stream has run the launch.
+    ///
     /// # Safety
     /// `args` must match the kernel's parameter list in number, order and type, and the kernel
     /// must only access memory that is valid for it (in bounds of the buffers it is given).

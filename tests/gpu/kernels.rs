@@ -26,6 +26,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         untyped_arguments_borrow_and_what_is_made_from_them_holds,
     ),
     (
+        "kernels::one_argument_list_read_by_threads_capturing_at_once",
+        Needs::Gpu,
+        one_argument_list_read_by_threads_capturing_at_once,
+    ),
+    (
         "kernels::slices_carry_their_length",
         Needs::Gpu,
         slices_carry_their_length,
@@ -240,6 +245,57 @@ fn untyped_arguments_borrow_and_what_is_made_from_them_holds(gpu: &Gpu) -> TestR
     assert!(
         eventually(|| watch_buf.is_released() && other_watch.is_released()),
         "the buffers outlived the graphs and the definition"
+    );
+    Ok(())
+}
+
+/// One `KernelArgs` (it is `Sync`) read at once by threads that each capture into a graph of
+/// their own on a stream of their own: every graph holds the buffer the arguments borrow, past
+/// the arguments, the streams and the caller's handle.
+fn one_argument_list_read_by_threads_capturing_at_once(gpu: &Gpu) -> TestResult {
+    const THREADS: usize = 4;
+    const LAUNCHES: usize = 50;
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = buf.release_observer();
+    let args = KernelArgs::new().arg(&buf);
+    let graphs = std::thread::scope(|scope| {
+        let capturing: Vec<_> = (0..THREADS)
+            .map(|_| {
+                scope.spawn(|| -> cuda_graph::Result<Graph> {
+                    let s = gpu.device.create_stream()?;
+                    let b = s.create_graph_builder().begin_building(Relaxed)?;
+                    for _ in 0..LAUNCHES {
+                        // SAFETY: add_one(int*) writes p[0]; the buffer holds one int.
+                        unsafe { b.launch_unchecked(&add_one, one(), &args)? };
+                    }
+                    b.end_building()?.instantiate()
+                })
+            })
+            .collect();
+        capturing
+            .into_iter()
+            .map(|t| t.join().expect("a capturing thread panicked"))
+            .collect::<cuda_graph::Result<Vec<Graph>>>()
+    })?;
+    drop(args);
+    assert!(
+        buf.share_count() > THREADS,
+        "each graph holds the buffer ({} holders)",
+        buf.share_count()
+    );
+    let s = gpu.stream();
+    for g in &graphs {
+        g.launch(&s)?;
+    }
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [(THREADS * LAUNCHES) as i32]);
+    drop(buf);
+    assert!(!watch.is_released(), "the graphs hold the buffer");
+    drop(graphs);
+    assert!(
+        eventually(|| watch.is_released()),
+        "the buffer outlived its graphs"
     );
     Ok(())
 }
