@@ -191,14 +191,20 @@ fn stream_work_racing_captures_on_the_same_stream(gpu: &Gpu) -> TestResult {
     let device = gpu.device.clone();
     let add_one = gpu.f("add_one");
     let counter = device.alloc_zeroed::<i32>(1)?;
+    // Launched on the stream by the worker: each launch runs once, on the stream or, when it
+    // fell into one of the captures, in that capture's graph (each launched once).
+    let launched = device.alloc_zeroed::<i32>(1)?;
     let run = gpu.stream();
     std::thread::scope(|scope| -> TestResult {
         let s = stream.clone();
+        let (add, launched) = (add_one.clone(), &launched);
         let worker = scope.spawn(move || -> cuda_graph::Result<()> {
             for i in 0..2000u32 {
                 let buf = device.alloc_zeroed::<u8>(4096)?;
                 s.memset_d8(&buf, (i % 255) as u8)?;
                 drop(buf);
+                // SAFETY: add_one(int*) writes p[0]; the buffer holds one int.
+                unsafe { s.launch_unchecked(&add, one(), &KernelArgs::new().arg(launched))? };
             }
             Ok(())
         });
@@ -217,7 +223,9 @@ fn stream_work_racing_captures_on_the_same_stream(gpu: &Gpu) -> TestResult {
         Ok(())
     })?;
     stream.synchronize()?;
+    run.synchronize()?;
     assert_eq!(counter.to_vec()?, [300]);
+    assert_eq!(launched.to_vec()?, [2000]);
     Ok(())
 }
 
