@@ -535,5 +535,28 @@ fn device_launch_runs_a_graph_from_a_kernel(gpu: &Gpu) -> TestResult {
     assert_eq!(cache.refresh(&def)?, CacheOutcome::Instantiated);
     assert!(!cache.graph().is_some_and(Graph::has_device_handle));
     drop(held);
+
+    // A device graph given to `KernelArgs` by value is held by the arguments (the one argument
+    // they hold themselves), then by the node made from them.
+    let def = GraphDefinition::new(&gpu.device)?;
+    k(&def, &[], &gpu.f("add_one"), args![&buf])?;
+    let watch = def.release_observer();
+    let exec = def.instantiate_with(&InstantiateOptions::new().device_launch(true))?;
+    let args = KernelArgs::new().arg(exec.device_handle()?).arg(&status);
+    drop((exec, def));
+    assert!(
+        stays(|| !watch.is_released()),
+        "the arguments hold the exec"
+    );
+    let outer_def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: launch_graph(cudaGraphExec_t g, int* status), in a graph.
+    unsafe { outer_def.add_kernel_unchecked(&[], &gpu.f("launch_graph"), one(), &args)? };
+    drop(args);
+    let outer = outer_def.instantiate()?;
+    launch(gpu, &outer)?;
+    assert_eq!(buf.to_vec()?, [6]);
+    assert!(stays(|| !watch.is_released()), "the node holds the exec");
+    drop((outer, outer_def));
+    assert!(eventually(|| watch.is_released()));
     Ok(())
 }
