@@ -540,21 +540,9 @@ impl Stream {
                 }
             }
             // SAFETY: the stream's context is bound (`bind_for_work`: a stream of its own names
-            // it, a special handle was bound as the driver reported); the rest is the caller's
-            // promise (the driver copies the argument bytes during the call). The same call as
-            // in the other path below, written twice: a shared closure cost 8 instructions per
-            // launch.
-            return unsafe {
-                driver::stream::launch_kernel(
-                    &self.handle.ctx,
-                    function.raw,
-                    config.grid,
-                    config.block,
-                    config.shared_mem_bytes,
-                    self.raw(),
-                    params,
-                )
-            };
+            // it, a special handle was bound as the driver reported); `params` is the caller's
+            // promise.
+            return unsafe { self.launch_here(function, config, params) };
         }
         // A stream of its own with no capture linked in its slot is not capturing (a capture
         // of this crate links itself there before it begins, and no other code captures on a
@@ -568,20 +556,9 @@ impl Stream {
             for alloc in owners.clone().filter_map(|o| o.alloc()) {
                 alloc.check_stream(self.raw())?;
             }
-            // SAFETY: the stream's context is bound (`bind_for_work`, a stream of its own); the
-            // rest is the caller's promise above (the driver copies the argument bytes during
-            // the call).
-            unsafe {
-                driver::stream::launch_kernel(
-                    &self.handle.ctx,
-                    function.raw,
-                    config.grid,
-                    config.block,
-                    config.shared_mem_bytes,
-                    self.raw(),
-                    params,
-                )
-            }?;
+            // SAFETY: the stream's context is bound (`bind_for_work`, a stream of its own);
+            // `params` is the caller's promise.
+            unsafe { self.launch_here(function, config, params) }?;
             let held = self.hold_borrowed_now(owners);
             drop(slot);
             return held;
@@ -601,21 +578,40 @@ impl Stream {
                     super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
                 }
             }
-            // SAFETY: the stream's context is bound (by `enqueue`); the rest is the caller's
-            // promise above (the driver copies the argument bytes during the call).
-            unsafe {
-                driver::stream::launch_kernel(
-                    &self.handle.ctx,
-                    function.raw,
-                    config.grid,
-                    config.block,
-                    config.shared_mem_bytes,
-                    self.raw(),
-                    params,
-                )
-            }?;
+            // SAFETY: the stream's context is bound (by `enqueue`); `params` is the caller's
+            // promise.
+            unsafe { self.launch_here(function, config, params) }?;
             self.hold_borrowed(rec, owners)
         })
+    }
+
+    /// The driver's launch of `function` on this stream, written once for the three paths of
+    /// [`launch_recorded`](Self::launch_recorded) and inlined into each (a shared closure cost
+    /// 8 instructions per launch).
+    ///
+    /// # Safety
+    /// The stream's context is bound; `params` points at one pointer per kernel parameter, each
+    /// at argument bytes that live until this returns and match the kernel's parameter (the
+    /// driver copies them during the call); the kernel stays within the memory it is given.
+    #[inline(always)]
+    unsafe fn launch_here(
+        &self,
+        function: &Function,
+        config: &LaunchConfig,
+        params: *mut *mut std::ffi::c_void,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise above; the stream is live while `self` is.
+        unsafe {
+            driver::stream::launch_kernel(
+                &self.handle.ctx,
+                function.raw,
+                config.grid,
+                config.block,
+                config.shared_mem_bytes,
+                self.raw(),
+                params,
+            )
+        }
     }
 
     /// Outside a capture, refuses work on `buf` when it is a stream-ordered allocation of another
