@@ -148,7 +148,12 @@ impl Core {
         tree.captured_epoch = tree.epoch;
         // Events and joined streams held for the capture; dropped once the locks are released
         // (a joined borrowed stream's owner may hold anything, even a `Graph` of this tree).
-        let held = tree.until_end.remove(&id);
+        // (Most captures hold nothing until their end: an empty map is not searched.)
+        let held = if tree.until_end.is_empty() {
+            None
+        } else {
+            tree.until_end.remove(&id)
+        };
         *slot = None;
         let r = match ended {
             Ok(()) => {
