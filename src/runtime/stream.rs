@@ -544,26 +544,29 @@ impl Stream {
             // promise.
             return unsafe { self.launch_here(function, config, params) };
         }
-        // A stream of its own with no capture linked in its slot is not capturing (a capture
-        // of this crate links itself there before it begins, and no other code captures on a
-        // stream it does not hold): the launch runs here, with the slot held so that no capture
-        // can begin in between, without `enqueue`'s general path (two calls and a `Recording`:
-        // about 70 instructions per launch under the stub driver).
-        self.bind_for_work()?;
-        let slot = self.handle.slot();
-        if slot.is_none() && !self.handle.is_borrowed() {
-            check(None)?;
-            for alloc in owners.clone().filter_map(|o| o.alloc()) {
-                alloc.check_stream(self.raw())?;
+        // A stream of its own with no capture linked in its slot is not capturing: a capture of
+        // this crate begins and links itself there under the slot's lock (`Core::begin`), and so
+        // does a stream joining one (`wait`), and no other code captures on a stream it does not
+        // hold. The launch runs here, with the slot held so that no capture can begin in
+        // between, without `enqueue`'s general path (two calls and a `Recording`: about 70
+        // instructions per launch under the stub driver). A borrowed stream, whose capture
+        // status only the driver knows, and a stream linked to a capture take the general path.
+        if !self.handle.is_borrowed() {
+            self.bind_for_work()?;
+            let slot = self.handle.slot();
+            if slot.is_none() {
+                check(None)?;
+                for alloc in owners.clone().filter_map(|o| o.alloc()) {
+                    alloc.check_stream(self.raw())?;
+                }
+                // SAFETY: the stream's context is bound (`bind_for_work`, a stream of its own);
+                // `params` is the caller's promise.
+                unsafe { self.launch_here(function, config, params) }?;
+                let held = self.hold_borrowed_now(owners);
+                drop(slot);
+                return held;
             }
-            // SAFETY: the stream's context is bound (`bind_for_work`, a stream of its own);
-            // `params` is the caller's promise.
-            unsafe { self.launch_here(function, config, params) }?;
-            let held = self.hold_borrowed_now(owners);
-            drop(slot);
-            return held;
         }
-        drop(slot);
         self.enqueue_out_of_line(|rec| {
             check(rec.capture.map(|(graph, _)| &**graph))?;
             if !rec.capturing() {
@@ -590,8 +593,10 @@ impl Stream {
     /// 8 instructions per launch).
     ///
     /// # Safety
-    /// The stream's context is bound; `params` points at one pointer per kernel parameter, each
-    /// at argument bytes that live until this returns and match the kernel's parameter (the
+    /// As `driver::stream::launch_kernel`: the stream's context is bound on this thread, which
+    /// is not a host callback's (`bind_for_work` ensures both), and `function` belongs to that
+    /// context (the callers' device check); `params` points at one pointer per kernel parameter,
+    /// each at argument bytes that live until this returns and match the kernel's parameter (the
     /// driver copies them during the call); the kernel stays within the memory it is given.
     #[inline(always)]
     unsafe fn launch_here(
@@ -635,8 +640,9 @@ impl Stream {
     /// has run: their owners may free the memory on a stream of their own the moment they are
     /// dropped (cudarc frees a slice with `cuMemFreeAsync` on its stream), unordered with this
     /// stream's work. The crate's own allocations need nothing: `cuMemFree` waits for the device.
-    /// Called after the operation is queued; where no host function can be queued (on a host
-    /// callback's thread), waits for the stream instead.
+    /// Called after the operation is queued; where the driver refuses to queue the host function
+    /// that releases them, waits for the stream instead. (A host callback's thread never gets
+    /// here: binding refuses it first.)
     #[inline]
     fn hold_borrowed<'a, I>(&self, rec: &Recording<'_>, owners: I) -> Result<()>
     where

@@ -192,9 +192,9 @@ fn stream_work_racing_captures_on_the_same_stream(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
     let counter = device.alloc_zeroed::<i32>(1)?;
     // Launched on the stream by the worker: each launch runs once, on the stream or, when it
-    // fell into one of the captures, in that capture's graph (each launched once).
+    // fell into one of the captures, in that capture's graph (each launched once, on the same
+    // stream, so that no two increments run at once).
     let launched = device.alloc_zeroed::<i32>(1)?;
-    let run = gpu.stream();
     std::thread::scope(|scope| -> TestResult {
         let s = stream.clone();
         let (add, launched) = (add_one.clone(), &launched);
@@ -213,8 +213,8 @@ fn stream_work_racing_captures_on_the_same_stream(gpu: &Gpu) -> TestResult {
             // SAFETY: add_one(int*).
             unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
             let g = complete(b.end_building()?)?;
-            g.launch(&run)?;
-            run.synchronize()?;
+            g.launch(&stream)?;
+            stream.synchronize()?;
         }
         worker
             .join()
@@ -223,7 +223,6 @@ fn stream_work_racing_captures_on_the_same_stream(gpu: &Gpu) -> TestResult {
         Ok(())
     })?;
     stream.synchronize()?;
-    run.synchronize()?;
     assert_eq!(counter.to_vec()?, [300]);
     assert_eq!(launched.to_vec()?, [2000]);
     Ok(())
