@@ -343,19 +343,10 @@ impl<'a> KernelArgs<'a> {
     /// ([`NodeParams`](crate::NodeParams), which holds the owners itself): what they refer to is
     /// let go (borrowed entries) or dropped (held ones).
     pub(crate) fn into_values(mut self) -> KernelArgs<'static> {
-        // SAFETY: `self` is forgotten right after, so neither list is dropped twice; each is
-        // taken out once, and nothing between the takes and the forget can panic.
-        let (values, keep) = unsafe {
-            (
-                ManuallyDrop::take(&mut self.values),
-                ManuallyDrop::take(&mut self.keep),
-            )
-        };
+        let values = std::mem::take(&mut *self.values);
         // Still true if a value is stored on the heap (it may also be for a held owner, which
-        // only costs the out-of-line drop).
+        // only costs the out-of-line drop); `self` drops what it refers to as it goes.
         let owns = self.owns;
-        std::mem::forget(self);
-        drop(keep);
         KernelArgs {
             values: ManuallyDrop::new(values),
             keep: ManuallyDrop::new(SmallVec::new()),

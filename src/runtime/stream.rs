@@ -555,27 +555,23 @@ impl Stream {
             self.bind_for_work()?;
             let slot = self.handle.slot();
             if slot.is_none() {
-                check(None)?;
-                for alloc in owners.clone().filter_map(|o| o.alloc()) {
-                    alloc.check_stream(self.raw())?;
-                }
-                // SAFETY: the stream's context is bound (`bind_for_work`, a stream of its own);
-                // `params` is the caller's promise.
-                unsafe { self.launch_here(function, config, params) }?;
-                let held = self.hold_borrowed_now(owners);
+                // SAFETY: the stream's context is bound (`bind_for_work`, a stream of its own)
+                // and its slot held; `params` is the caller's promise.
+                let launched =
+                    unsafe { self.launch_uncaptured(function, config, params, owners, check) };
                 drop(slot);
-                return held;
+                return launched;
             }
         }
         self.enqueue_out_of_line(|rec| {
-            check(rec.capture.map(|(graph, _)| &**graph))?;
             if !rec.capturing() {
-                for alloc in owners.clone().filter_map(|o| o.alloc()) {
-                    alloc.check_stream(self.raw())?;
-                }
+                // SAFETY: the stream's context is bound and its slot held (by `enqueue`);
+                // `params` is the caller's promise.
+                return unsafe { self.launch_uncaptured(function, config, params, owners, check) };
             }
+            check(rec.capture.map(|(graph, _)| &**graph))?;
             rec.keep(&function.module);
-            for o in owners.clone() {
+            for o in owners {
                 match o {
                     super::OwnerRef::Alloc(alloc) => rec.keep(alloc),
                     super::OwnerRef::Other(owner) => rec.keep_dyn(owner),
@@ -583,9 +579,33 @@ impl Stream {
             }
             // SAFETY: the stream's context is bound (by `enqueue`); `params` is the caller's
             // promise.
-            unsafe { self.launch_here(function, config, params) }?;
-            self.hold_borrowed(rec, owners)
+            unsafe { self.launch_here(function, config, params) }
         })
+    }
+
+    /// A launch on this stream outside any capture, for both paths of
+    /// [`launch_recorded`](Self::launch_recorded) that find none: `check`, the stream checks of
+    /// the buffers among `owners`, the launch, and the hold on borrowed memory.
+    ///
+    /// # Safety
+    /// As [`launch_here`](Self::launch_here), with the stream's slot held by the caller (so no
+    /// capture begins on the stream meanwhile) and the stream not capturing.
+    #[inline(always)]
+    unsafe fn launch_uncaptured<'a>(
+        &self,
+        function: &Function,
+        config: &LaunchConfig,
+        params: *mut *mut std::ffi::c_void,
+        owners: impl Iterator<Item = super::OwnerRef<'a>> + Clone,
+        check: impl FnOnce(Option<&GraphHandle>) -> Result<()>,
+    ) -> Result<()> {
+        check(None)?;
+        for alloc in owners.clone().filter_map(|o| o.alloc()) {
+            alloc.check_stream(self.raw())?;
+        }
+        // SAFETY: the caller's promise above.
+        unsafe { self.launch_here(function, config, params) }?;
+        self.hold_borrowed_now(owners)
     }
 
     /// The driver's launch of `function` on this stream, written once for the three paths of
