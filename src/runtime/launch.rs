@@ -1,8 +1,6 @@
 use std::alloc::Layout;
-use std::mem::ManuallyDrop;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::NonNull;
-
-use smallvec::SmallVec;
 
 use super::{DeviceBuffer, DeviceCopy, OwnerRef};
 use crate::driver::graph::Owner;
@@ -107,11 +105,14 @@ pub trait KernelArg {
 }
 
 /// What an argument keeps alive: borrowed while the arguments are (a buffer given by
-/// reference), or held by them (a [`DeviceGraph`](crate::DeviceGraph) given by value).
+/// reference), or held by them (a [`DeviceGraph`](crate::DeviceGraph) given by value, boxed so
+/// that an entry takes 16 bytes: the usual list's entries fit its first cache line).
 enum Held<'a> {
     Borrowed(OwnerRef<'a>),
-    Owned(Owner),
+    Owned(Box<Owner>),
 }
+
+const _: () = assert!(std::mem::size_of::<Held<'static>>() == 16);
 
 impl<'a> Held<'a> {
     #[inline]
@@ -121,6 +122,29 @@ impl<'a> Held<'a> {
             Held::Owned(o) => OwnerRef::Other(o),
         }
     }
+}
+
+/// Arguments a list stores in place, before it moves them all to the heap.
+const INLINE_VALUES: usize = 8;
+/// Owners a list names in place, before it moves them all to the heap.
+const INLINE_KEEP: usize = 3;
+/// The count of a list whose elements were moved to [`More`].
+const SPILLED: u8 = u8::MAX;
+
+/// A list's elements past its room in place (all of them, once it overflowed).
+struct More<'a> {
+    values: Vec<ArgValue>,
+    keep: Vec<Held<'a>>,
+}
+
+/// `more`, made on first use.
+fn more_of<'m, 'a>(more: &'m mut Option<Box<More<'a>>>) -> &'m mut More<'a> {
+    more.get_or_insert_with(|| {
+        Box::new(More {
+            values: Vec::new(),
+            keep: Vec::new(),
+        })
+    })
 }
 
 /// The arguments of one kernel launch, in order, and what they refer to.
@@ -143,53 +167,99 @@ impl<'a> Held<'a> {
 /// allocates); a larger or more aligned one in an allocation of its own with its type's layout,
 /// so a `#[repr(C, align(64))]` [`DeviceCopy`] argument is as aligned as its type requires while
 /// the driver reads it.
+#[repr(C, align(64))]
 pub struct KernelArgs<'a> {
-    /// Each argument's bytes, with its type's alignment (inline for up to 8 arguments). Dropped
-    /// by `KernelArgs`'s `Drop`, with `keep`.
-    values: ManuallyDrop<SmallVec<[ArgValue; 8]>>,
-    /// What the arguments refer to.
-    keep: ManuallyDrop<SmallVec<[Held<'a>; 2]>>,
-    /// Whether an element of either list has something to free (a heap-stored value or an owner
-    /// held): `Drop` skips the lists' drop code when neither this nor a spilled list says so.
+    // The first cache line: the counts, the flag, the spill and three owners. A launch with a
+    // buffer argument or two touches this line and the next (its first values); a layout with a
+    // `SmallVec` per list put each list's count after its inline room, four lines in all.
+    /// Values stored in `values`, or [`SPILLED`] when all are in `more`.
+    nvalues: u8,
+    /// Owners named in `keep`, or [`SPILLED`] when all are in `more`.
+    nkeep: u8,
+    /// Whether dropping the list has anything to free: a value stored on the heap, an owner
+    /// held, or `more`. `Drop` returns at once without (inline, in the caller).
     owns: bool,
+    /// The lists once either outgrew its room.
+    more: ManuallyDrop<Option<Box<More<'a>>>>,
+    /// What the arguments refer to: `keep[..nkeep]` are initialised.
+    keep: [MaybeUninit<Held<'a>>; INLINE_KEEP],
+    /// Each argument's bytes, with its type's alignment: `values[..nvalues]` are initialised.
+    values: [MaybeUninit<ArgValue>; INLINE_VALUES],
 }
+
+const _: () = assert!(std::mem::offset_of!(KernelArgs<'static>, values) == 64);
 
 impl Default for KernelArgs<'_> {
     #[inline]
     fn default() -> Self {
         KernelArgs {
-            values: ManuallyDrop::new(SmallVec::new()),
-            keep: ManuallyDrop::new(SmallVec::new()),
+            nvalues: 0,
+            nkeep: 0,
             owns: false,
+            more: ManuallyDrop::new(None),
+            keep: [const { MaybeUninit::uninit() }; INLINE_KEEP],
+            values: [const { MaybeUninit::uninit() }; INLINE_VALUES],
         }
     }
 }
 
 impl Drop for KernelArgs<'_> {
-    /// Lists whose elements hold nothing to free (inline values, borrowed owners) and that did
-    /// not spill are done here, inline in the caller: the usual launch's arguments, built per
-    /// launch. Others are dropped out of line. The fields' own drop code is two calls per
-    /// list, which after the driver's work between two launches cost a measurable share of a
-    /// captured launch (see DESIGN, "What the crate's instructions cost between driver calls").
+    /// A list that holds nothing to free (inline values, borrowed owners, nothing spilled) is
+    /// done here, inline in the caller: the usual launch's arguments, built per launch. Others
+    /// are dropped out of line (see DESIGN, "What the crate's instructions cost between driver
+    /// calls").
     #[inline]
     fn drop(&mut self) {
-        if !self.owns && !self.values.spilled() && !self.keep.spilled() {
-            // Nothing to free: inline values and borrowed owners have no drop code that does
-            // anything, and neither list allocated.
-            return;
+        if self.owns {
+            self.drop_slow();
         }
-        self.drop_fields();
     }
 }
 
 impl KernelArgs<'_> {
-    /// Drops both lists (only from `drop`).
+    /// Drops what the list holds (only from `drop`).
     #[inline(never)]
-    fn drop_fields(&mut self) {
-        // SAFETY: called once, from `drop`, after which neither field is used again.
-        unsafe {
-            ManuallyDrop::drop(&mut self.values);
-            ManuallyDrop::drop(&mut self.keep);
+    fn drop_slow(&mut self) {
+        if self.nvalues != SPILLED {
+            for v in &mut self.values[..usize::from(self.nvalues)] {
+                // SAFETY: `values[..nvalues]` are initialised, and dropped once: here, after
+                // which the list is gone.
+                unsafe { v.assume_init_drop() };
+            }
+        }
+        if self.nkeep != SPILLED {
+            for k in &mut self.keep[..usize::from(self.nkeep)] {
+                // SAFETY: as above, for `keep[..nkeep]`.
+                unsafe { k.assume_init_drop() };
+            }
+        }
+        // Spilled lists drop with their `Vec`s.
+        // SAFETY: dropped once, here, after which the list is gone.
+        unsafe { ManuallyDrop::drop(&mut self.more) };
+    }
+
+    /// The argument values, in order.
+    #[inline(always)]
+    fn value_slice(&self) -> &[ArgValue] {
+        let n = usize::from(self.nvalues);
+        if n <= INLINE_VALUES {
+            // SAFETY: `values[..nvalues]` are initialised while the list is not spilled, and
+            // `MaybeUninit<T>` has `T`'s layout.
+            unsafe { std::slice::from_raw_parts(self.values.as_ptr().cast(), n) }
+        } else {
+            self.more.as_ref().map_or(&[], |m| &m.values[..])
+        }
+    }
+
+    /// What the arguments refer to.
+    #[inline(always)]
+    fn keep_slice(&self) -> &[Held<'_>] {
+        let n = usize::from(self.nkeep);
+        if n <= INLINE_KEEP {
+            // SAFETY: as in `value_slice`, for `keep[..nkeep]`.
+            unsafe { std::slice::from_raw_parts(self.keep.as_ptr().cast(), n) }
+        } else {
+            self.more.as_ref().map_or(&[], |m| &m.keep[..])
         }
     }
 }
@@ -197,8 +267,8 @@ impl KernelArgs<'_> {
 impl std::fmt::Debug for KernelArgs<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelArgs")
-            .field("count", &self.values.len())
-            .field("keeps", &self.keep.len())
+            .field("count", &self.len())
+            .field("keeps", &self.keep_slice().len())
             .finish_non_exhaustive()
     }
 }
@@ -237,7 +307,7 @@ impl<'a> KernelArgs<'a> {
     /// # Ok(()) }
     /// ```
     #[must_use = "`arg` returns the arguments with the new one; use `push` to add in place"]
-    #[inline]
+    #[inline(always)]
     pub fn arg(mut self, value: impl KernelArg + 'a) -> Self {
         value.push_to(&mut self);
         self
@@ -273,7 +343,7 @@ impl<'a> KernelArgs<'a> {
     /// ```
     #[inline]
     pub fn len(&self) -> usize {
-        self.values.len()
+        self.value_slice().len()
     }
 
     /// Whether there are no arguments.
@@ -287,7 +357,7 @@ impl<'a> KernelArgs<'a> {
     /// ```
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.nvalues == 0
     }
 
     /// Appends the bytes of a plain value, stored with `T`'s alignment.
@@ -305,35 +375,93 @@ impl<'a> KernelArgs<'a> {
     /// args.push_value(Params { n: 4, scale: 0.5 });
     /// # Ok(()) }
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn push_value<T: DeviceCopy>(&mut self, value: T) {
         let value = ArgValue::new(value);
         self.owns |= matches!(value, ArgValue::Heap { .. });
-        self.values.push(value);
+        let n = usize::from(self.nvalues);
+        if n < INLINE_VALUES {
+            self.values[n].write(value);
+            self.nvalues += 1;
+        } else {
+            self.push_value_spilled(value);
+        }
+    }
+
+    /// Appends a value past the list's room, moving the values to the heap the first time.
+    #[inline(never)]
+    fn push_value_spilled(&mut self, value: ArgValue) {
+        let n = self.nvalues;
+        let inline = &mut self.values;
+        self.owns = true;
+        let more = more_of(&mut *self.more);
+        if n != SPILLED {
+            // Reserved first, so nothing can unwind between moving the values out and marking
+            // the list spilled (which would drop them twice).
+            more.values.reserve(INLINE_VALUES * 2);
+            for v in &inline[..usize::from(n)] {
+                // SAFETY: `values[..n]` are initialised; each is read once, and the count set to
+                // `SPILLED` below, so the inline copies are never read or dropped again.
+                more.values.push(unsafe { v.assume_init_read() });
+            }
+            self.nvalues = SPILLED;
+        }
+        more.values.push(value);
+    }
+
+    /// Appends an owner to `keep`.
+    #[inline(always)]
+    fn push_keep(&mut self, held: Held<'a>) {
+        let n = usize::from(self.nkeep);
+        if n < INLINE_KEEP {
+            self.keep[n].write(held);
+            self.nkeep += 1;
+        } else {
+            self.push_keep_spilled(held);
+        }
+    }
+
+    /// Appends an owner past the list's room, moving the owners to the heap the first time.
+    #[inline(never)]
+    fn push_keep_spilled(&mut self, held: Held<'a>) {
+        let n = self.nkeep;
+        let inline = &mut self.keep;
+        self.owns = true;
+        let more = more_of(&mut *self.more);
+        if n != SPILLED {
+            // As in `push_value_spilled`.
+            more.keep.reserve(INLINE_KEEP * 2);
+            for k in &inline[..usize::from(n)] {
+                // SAFETY: as in `push_value_spilled`, for `keep[..n]`.
+                more.keep.push(unsafe { k.assume_init_read() });
+            }
+            self.nkeep = SPILLED;
+        }
+        more.keep.push(held);
     }
 
     /// Borrows `owner` for as long as the arguments live: what uses them takes its own hold.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn keep_borrowed(&mut self, owner: OwnerRef<'a>) {
-        self.keep.push(Held::Borrowed(owner));
+        self.push_keep(Held::Borrowed(owner));
     }
 
     /// Holds `owner` with the arguments (an argument given by value).
     pub(crate) fn keep_owned(&mut self, owner: Owner) {
         self.owns = true;
-        self.keep.push(Held::Owned(owner));
+        self.push_keep(Held::Owned(Box::new(owner)));
     }
 
     /// What the arguments refer to, borrowed.
     #[inline]
     pub(crate) fn owners(&self) -> impl Iterator<Item = OwnerRef<'_>> + Clone {
-        self.keep.iter().map(Held::as_ref)
+        self.keep_slice().iter().map(Held::as_ref)
     }
 
     /// The one thing the arguments refer to, if there is exactly one.
     #[inline]
     pub(crate) fn only_owner(&self) -> Option<OwnerRef<'_>> {
-        match self.keep.as_slice() {
+        match self.keep_slice() {
             [one] => Some(one.as_ref()),
             _ => None,
         }
@@ -343,15 +471,29 @@ impl<'a> KernelArgs<'a> {
     /// ([`NodeParams`](crate::NodeParams), which holds the owners itself): what they refer to is
     /// let go (borrowed entries) or dropped (held ones).
     pub(crate) fn into_values(mut self) -> KernelArgs<'static> {
-        let values = std::mem::take(&mut *self.values);
-        // Still true if a value is stored on the heap (it may also be for a held owner, which
-        // only costs the out-of-line drop); `self` drops what it refers to as it goes.
-        let owns = self.owns;
-        KernelArgs {
-            values: ManuallyDrop::new(values),
-            keep: ManuallyDrop::new(SmallVec::new()),
-            owns,
+        let mut out = KernelArgs::default();
+        match (&mut *self.more, self.nvalues) {
+            (Some(more), SPILLED) => {
+                more_of(&mut *out.more).values = std::mem::take(&mut more.values);
+                out.nvalues = SPILLED;
+                out.owns = true;
+            }
+            (_, n) => {
+                let n = usize::from(n).min(INLINE_VALUES);
+                for (o, v) in out.values.iter_mut().zip(&self.values[..n]) {
+                    // SAFETY: `values[..n]` are initialised; each is moved once, and `self`'s
+                    // count is cleared below, so `self` neither reads nor drops them again.
+                    let v = unsafe { v.assume_init_read() };
+                    out.owns |= matches!(v, ArgValue::Heap { .. });
+                    o.write(v);
+                }
+                self.nvalues = 0;
+                // `out.nvalues` only now that all are written: nothing above can unwind.
+                out.nvalues = n as u8;
+            }
         }
+        // `self` drops what it refers to as it goes.
+        out
     }
 
     /// Writes the `void**` array `cuLaunchKernel` and kernel nodes take into `out` (up to 16
@@ -365,24 +507,25 @@ impl<'a> KernelArgs<'a> {
         out: &mut ArgPointers,
         spill: &mut Vec<*mut std::ffi::c_void>,
     ) -> *mut *mut std::ffi::c_void {
-        let n = self.values.len();
+        let values = self.value_slice();
+        let n = values.len();
         if n == 0 {
             std::ptr::null_mut()
         } else if n <= out.len() {
-            for (o, v) in out.iter_mut().zip(self.values.iter()) {
+            for (o, v) in out.iter_mut().zip(values) {
                 o.write(v.ptr());
             }
             out.as_mut_ptr().cast()
         } else {
-            spill.extend(self.values.iter().map(ArgValue::ptr));
+            spill.extend(values.iter().map(ArgValue::ptr));
             spill.as_mut_ptr()
         }
     }
 
     /// The argument pointers, collected (for tests).
     #[cfg(test)]
-    pub(crate) fn pointers(&self) -> SmallVec<[*mut std::ffi::c_void; 16]> {
-        self.values.iter().map(|v| v.ptr()).collect()
+    pub(crate) fn pointers(&self) -> Vec<*mut std::ffi::c_void> {
+        self.value_slice().iter().map(|v| v.ptr()).collect()
     }
 }
 
@@ -393,17 +536,19 @@ enum ArgValue {
     Heap { ptr: NonNull<u8>, layout: Layout },
 }
 
-/// Inline storage for a small argument.
+/// Inline storage for a small argument. Bytes, not `u8`s: a value's padding bytes are
+/// uninitialised after it is written, and a list moves its values (copying a `[u8; 16]` with
+/// uninitialised bytes would be undefined behaviour; `MaybeUninit` bytes may be).
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
-struct Inline([u8; 16]);
+struct Inline([MaybeUninit<u8>; 16]);
 
 impl ArgValue {
     fn new<T: DeviceCopy>(value: T) -> Self {
         let t = Layout::new::<T>();
         if t.size() <= std::mem::size_of::<Inline>() && t.align() <= std::mem::align_of::<Inline>()
         {
-            let mut inline = Inline([0; 16]);
+            let mut inline = Inline([MaybeUninit::new(0); 16]);
             // SAFETY: `inline` holds 16 bytes aligned to 16, enough for `T` (checked above).
             unsafe { inline.0.as_mut_ptr().cast::<T>().write(value) };
             return ArgValue::Inline(inline);
@@ -473,7 +618,7 @@ impl KernelArg for bool {
 }
 
 impl<T: DeviceCopy> KernelArg for &DeviceBuffer<T> {
-    #[inline]
+    #[inline(always)]
     fn push_to<'a>(self, args: &mut KernelArgs<'a>)
     where
         Self: 'a,
@@ -501,7 +646,7 @@ mod tests {
     fn dropped_arguments_release_what_they_hold() {
         // What `Drop` must free in its slow path: kept owners (inline and spilled), arguments
         // stored on the heap, and a spilled list of values.
-        for (owners, values) in [(1usize, 0usize), (3, 0), (0, 9), (2, 12)] {
+        for (owners, values) in [(1usize, 0usize), (3, 0), (4, 0), (0, 9), (2, 12), (5, 12)] {
             let held: Owner = std::sync::Arc::new(0u8);
             let mut args = KernelArgs::new();
             for _ in 0..owners {
@@ -524,7 +669,7 @@ mod tests {
         }
         // An empty list takes the inline path and holds nothing.
         let empty = KernelArgs::new();
-        assert!(empty.is_empty() && empty.keep.is_empty());
+        assert!(empty.is_empty() && empty.keep_slice().is_empty() && !empty.owns);
         drop(empty);
     }
 
@@ -587,13 +732,59 @@ mod tests {
         args.push_value(1u8);
         assert!(!args.owns);
         args.push_value([7u64; 8]);
-        assert!(!args.values.spilled());
+        assert!(args.nvalues != SPILLED && args.more.is_none());
         // Without the flag `Drop` would skip the list and leak the value's allocation.
         assert!(args.owns, "a heap-stored value marks the list as owning");
         assert!(
             args.into_values().owns,
             "and so do the values taken out of it"
         );
+    }
+
+    #[test]
+    fn lists_past_their_room_keep_order_owners_and_values_taken_out() {
+        let held: Owner = std::sync::Arc::new(0u8);
+        let other: Owner = std::sync::Arc::new(1u8);
+        for (values, owners) in [(8usize, 3usize), (9, 3), (8, 4), (20, 7)] {
+            let mut args = KernelArgs::new();
+            for i in 0..values {
+                args.push_value(i as u32);
+                if i == 1 {
+                    // A heap-stored value among them, moved with the rest when they spill.
+                    args.push_value([9u64; 4]);
+                }
+            }
+            for i in 0..owners {
+                if i % 2 == 0 {
+                    args.keep_borrowed(OwnerRef::Other(&held));
+                } else {
+                    args.keep_owned(other.clone());
+                }
+            }
+            assert_eq!((args.len(), args.owners().count()), (values + 1, owners));
+            assert_eq!(args.nvalues == SPILLED, values + 1 > INLINE_VALUES);
+            assert_eq!(args.nkeep == SPILLED, owners > INLINE_KEEP);
+            let read = |a: &KernelArgs<'_>| {
+                let p = a.pointers();
+                // SAFETY: the pointers point at the values pushed, in order: `u32`s with the
+                // array second.
+                unsafe {
+                    assert_eq!(*(p[2] as *const [u64; 4]), [9; 4]);
+                    let mut got: Vec<u32> = vec![*(p[0] as *const u32), *(p[1] as *const u32)];
+                    got.extend(p[3..].iter().map(|q| *(*q as *const u32)));
+                    got
+                }
+            };
+            assert_eq!(read(&args), (0..values as u32).collect::<Vec<_>>());
+            let taken = args.into_values();
+            assert_eq!(read(&taken), (0..values as u32).collect::<Vec<_>>());
+            assert_eq!(taken.owners().count(), 0);
+            assert_eq!(
+                std::sync::Arc::strong_count(&other),
+                1,
+                "{values} values, {owners} owners: the held owners were dropped with the list"
+            );
+        }
     }
 
     #[test]
