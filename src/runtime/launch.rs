@@ -394,7 +394,7 @@ impl<'a> KernelArgs<'a> {
         let n = self.nvalues;
         let inline = &mut self.values;
         self.owns = true;
-        let more = more_of(&mut *self.more);
+        let more = more_of(&mut self.more);
         if n != SPILLED {
             // Reserved first, so nothing can unwind between moving the values out and marking
             // the list spilled (which would drop them twice).
@@ -427,7 +427,7 @@ impl<'a> KernelArgs<'a> {
         let n = self.nkeep;
         let inline = &mut self.keep;
         self.owns = true;
-        let more = more_of(&mut *self.more);
+        let more = more_of(&mut self.more);
         if n != SPILLED {
             // As in `push_value_spilled`.
             more.keep.reserve(INLINE_KEEP * 2);
@@ -474,7 +474,7 @@ impl<'a> KernelArgs<'a> {
         let mut out = KernelArgs::default();
         match (&mut *self.more, self.nvalues) {
             (Some(more), SPILLED) => {
-                more_of(&mut *out.more).values = std::mem::take(&mut more.values);
+                more_of(&mut out.more).values = std::mem::take(&mut more.values);
                 out.nvalues = SPILLED;
                 out.owns = true;
             }
