@@ -45,6 +45,8 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     where
         S: IsCapturing,
     {
+        // Before the tree's lock (see `refuse_in_host_callback`).
+        crate::driver::context::refuse_in_host_callback()?;
         let graph = self.conditional_graph()?;
         let _tree = graph.lock();
         create_handle(graph, default)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use crate::driver::graph::{next_id, GraphHandle, TreeState};
-use crate::driver::release::{CaptureActive, Restricts};
+use crate::driver::release::{self, CaptureActive, Restricts};
 use crate::driver::stream::CaptureLink;
 use crate::driver::stream::{status_out, CaptureStatus};
 use crate::driver::{self, DriverVersion};
@@ -328,9 +328,45 @@ impl Drop for Core {
             None => {
                 if self.stream.handle.ctx.bind().is_ok() {
                     let _ = self.finish_capture();
+                    self.active = None;
+                } else {
+                    self.end_elsewhere();
                 }
-                self.active = None;
             }
+        }
+    }
+}
+
+impl Core {
+    /// Ends the capture of a builder dropped where it cannot be ended: on a host callback's
+    /// thread (the driver's, where the bind is refused), it is ended on the release thread, with
+    /// the graph alive until then. Only a `Relaxed` capture can get there (a callback owns what
+    /// it holds, and builders capturing in the other modes are not `Send`). Any other (the bind
+    /// failed for another reason) is left recording, as a forgotten builder's: the graph and the
+    /// stream's link to the capture stay, so the driver never records into a freed graph, and
+    /// work on the stream goes on into the capture. Dropping the graph here instead left the
+    /// driver capturing into it after its destroy.
+    fn end_elsewhere(&mut self) {
+        let relaxed = self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.restricts() == Restricts::Nothing);
+        let rest = Core {
+            stream: self.stream.clone(),
+            graph: self.graph.take(),
+            capture: self.capture.take(),
+            joined: self.joined.take(),
+            capturing: true,
+            join_into: self.join_into.take(),
+            active: self.active.take(),
+            new_stream_on_begin: false,
+        };
+        self.capturing = false;
+        if relaxed && release::in_host_callback() {
+            // Its `Drop`, on the release thread, ends the capture.
+            release::later(Box::new(move || drop(rest)));
+        } else {
+            std::mem::forget(rest);
         }
     }
 }

@@ -162,6 +162,8 @@ impl Graph {
     /// # Ok(()) }
     /// ```
     pub fn is_enabled(&self, node: &GraphNode) -> Result<bool> {
+        // Before the exec's lock (see `refuse_in_host_callback`).
+        crate::driver::context::refuse_in_host_callback()?;
         let state = lock(&self.state);
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;

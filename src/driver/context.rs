@@ -185,15 +185,11 @@ impl PrimaryContext {
     /// Makes this context current on the calling thread. Every driver call that needs a context is
     /// preceded by this.
     pub(crate) fn bind(&self) -> Result<()> {
-        if super::release::in_host_callback() {
-            // A driver thread running a host callback: CUDA calls there are refused or deadlock
-            // (a synchronize waits for the very callback it runs in). Every operation of this
-            // crate binds its context first, so this is where they all stop. (`bind_cached`
-            // comes here too: nothing is ever bound on such a thread.)
-            return Err(crate::Error::InvalidArgument(
-                "this runs inside a host callback (a driver thread), where CUDA calls are not allowed: do the work before or after the callback, on a stream or as graph nodes".into(),
-            ));
-        }
+        // A driver thread running a host callback: CUDA calls there are refused or deadlock
+        // (a synchronize waits for the very callback it runs in). Every operation of this crate
+        // binds its context first, so this is where they all stop. (`bind_cached` comes here
+        // too: nothing is ever bound on such a thread.)
+        refuse_in_host_callback()?;
         let mut current = std::ptr::null_mut();
         // SAFETY: `current` is a valid out pointer. Reading the current context is cheaper than
         // setting it, and other code (cudarc, the user) may have changed it since our last call,
@@ -281,6 +277,20 @@ impl PrimaryContext {
 pub(crate) unsafe fn synchronize() -> Result<()> {
     // SAFETY: the context is current (the caller's promise).
     unsafe { drv!(cuCtxSynchronize()) }
+}
+
+/// Refuses a host callback's thread (a driver thread), where CUDA calls are not allowed. Every
+/// operation binds first ([`PrimaryContext::bind`]); those that take a lock another thread may
+/// hold while it waits for the stream running the callback (an event's record lock, an exec's
+/// launch lock, a tree's lock) call this before taking it, so a callback gets the error instead
+/// of waiting for a lock whose holder waits for the callback.
+pub(crate) fn refuse_in_host_callback() -> Result<()> {
+    if super::release::in_host_callback() {
+        return Err(crate::Error::InvalidArgument(
+            "this runs inside a host callback (a driver thread), where CUDA calls are not allowed: do the work before or after the callback, on a stream or as graph nodes".into(),
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for PrimaryContext {

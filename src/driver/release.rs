@@ -54,6 +54,8 @@ thread_local! {
     static LOCAL_ACTIVE: Cell<usize> = const { Cell::new(0) };
     /// Set while a host callback's closure runs on this (driver) thread.
     static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread runs destroys (in [`run_in_order`], holding [`ORDER`]).
+    static IN_ORDER: Cell<bool> = const { Cell::new(false) };
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -105,15 +107,31 @@ fn run_deferred() {
 /// the order they were asked for, whichever thread runs them. (An exec whose destroy was
 /// deferred, then its source graph destroyed at once on another thread, would otherwise be
 /// destroyed beside it — a pattern driver 13.0 crashed on.) The caller holds the read side of
-/// [`GATE`] with no `Global` capture recording. Destroy jobs only call the driver and never call
-/// back into this module; none waits for a lock a host callback takes (callbacks only defer).
+/// [`GATE`] with no `Global` capture recording. Destroy jobs only call the driver; none waits for
+/// a lock a host callback takes (callbacks only defer). A job may drop the last handle of another
+/// object (a stream-ordered buffer's free holds its stream): that destroy is queued while this
+/// runs ([`destroy`] sees [`IN_ORDER`]) and run here after the job, never waiting for [`ORDER`]
+/// on the thread that holds it.
 fn run_in_order(job: impl FnOnce()) {
     let _order = lock(&ORDER);
-    let jobs = std::mem::take(&mut *lock(&DEFERRED));
-    for deferred in jobs {
-        contain(deferred);
-    }
+    IN_ORDER.with(|c| c.set(true));
+    run_queued();
     contain(job);
+    run_queued();
+    IN_ORDER.with(|c| c.set(false));
+}
+
+/// Runs the deferred destroys, and those they ask for, until none is left (under [`ORDER`]).
+fn run_queued() {
+    loop {
+        let jobs = std::mem::take(&mut *lock(&DEFERRED));
+        if jobs.is_empty() {
+            return;
+        }
+        for deferred in jobs {
+            contain(deferred);
+        }
+    }
 }
 
 /// Runs `f`, containing a panic: the panic's payload is leaked, not dropped, since its own `Drop`
@@ -150,6 +168,12 @@ pub(crate) fn thread_may_destroy() -> bool {
 /// Runs a driver destructor now, or on the release thread while a capture or a callback forbids
 /// it here. `job` must only call the driver (no user code).
 pub(crate) fn destroy(job: impl FnOnce() + Send + 'static) {
+    if IN_ORDER.with(Cell::get) {
+        // Asked by a destroy job (it dropped another object's last handle): the `run_in_order`
+        // running on this thread runs it next.
+        lock(&DEFERRED).push(Box::new(job));
+        return;
+    }
     if thread_may_destroy() {
         let gate = GATE.read().unwrap_or_else(|p| p.into_inner());
         if GLOBAL_ACTIVE.load(Ordering::SeqCst) == 0 {
@@ -266,6 +290,11 @@ impl Restricts {
 pub(crate) struct CaptureActive(Restricts);
 
 impl CaptureActive {
+    /// What the capture restricts.
+    pub(crate) fn restricts(&self) -> Restricts {
+        self.0
+    }
+
     /// Call before the capture begins. For a `Global` capture this waits for a destroy that is
     /// running on another thread to finish.
     pub(crate) fn new(restricts: Restricts) -> Self {

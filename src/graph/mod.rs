@@ -614,6 +614,8 @@ impl Graph {
     /// # Ok(()) }
     /// ```
     pub fn launch(&self, stream: &Stream) -> Result<()> {
+        // Before the exec's lock (see `refuse_in_host_callback`).
+        driver::context::refuse_in_host_callback()?;
         let mut state = lock(&self.state);
         stream.enqueue(|rec| {
             if rec.capturing() {
@@ -644,6 +646,8 @@ impl Graph {
     /// # Ok(()) }
     /// ```
     pub fn upload(&self, stream: &Stream) -> Result<()> {
+        // Before the exec's lock (see `refuse_in_host_callback`).
+        driver::context::refuse_in_host_callback()?;
         let _state = lock(&self.state);
         stream.enqueue(|rec| {
             if rec.capturing() {
@@ -682,6 +686,8 @@ impl Graph {
     /// # Ok(()) }
     /// ```
     pub fn device_handle(&self) -> Result<DeviceGraph> {
+        // Before the exec's lock (see `refuse_in_host_callback`).
+        driver::context::refuse_in_host_callback()?;
         let mut state = lock(&self.state);
         if !state.device_launch {
             return Err(Error::InvalidArgument(

@@ -135,7 +135,12 @@ impl Stream {
     ///   clones, builders, graphs launched on it, and the crate's own release work);
     /// - no capture is begun on it outside this crate (on another thread) while this crate issues
     ///   work on it: the check above cannot see a capture that begins during the operation, and
-    ///   the crate could not keep that work's operands alive.
+    ///   the crate could not keep that work's operands alive;
+    /// - `raw` is not the handle of a [`Stream`] this crate made (`Device::create_stream`, a
+    ///   builder's or fork's stream, [`as_raw`](Self::as_raw) of one): a capture begun through
+    ///   one wrapper is not known to the other, whose work would go into the capture without its
+    ///   operands kept. (Wrapping one raw handle twice is safe: a borrowed stream asks the
+    ///   driver whether it captures, and refuses work during a capture it did not begin.)
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -215,6 +220,8 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn record(&self, event: &Event) -> Result<()> {
+        // Before the event's lock (see `refuse_in_host_callback`).
+        driver::context::refuse_in_host_callback()?;
         // Held across the record: a `wait` on this event sees the record and where it was made
         // together, never one without the other (a wait between the two would join the capture
         // in the driver while this crate thought the waiting stream was not capturing). Taken
@@ -245,9 +252,17 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn wait(&self, event: &Event) -> Result<()> {
+        // Before the event's lock (see `refuse_in_host_callback`).
+        driver::context::refuse_in_host_callback()?;
+        // The graph of the capture the event was recorded into, while the wait needs it: dropped
+        // after both locks are released (declared first), since its last handle may be this one
+        // (the capture's builder ended and dropped meanwhile), and a tree's drop runs the `Drop`
+        // of values it held, which may use this stream or event.
+        let joined;
         // Held across the wait (see `record`): the event is not recorded again meanwhile.
         let recorded_in = lock(&event.handle.recorded_in);
         let joins = recorded_in.as_ref();
+        joined = joins.and_then(|link| link.graph.upgrade());
         let wait = || {
             // SAFETY: both handles are live; flags must be 0.
             unsafe { driver::stream::wait_event(self.raw(), event.handle.raw, 0) }
@@ -256,24 +271,22 @@ impl Stream {
             if rec.capturing() {
                 rec.hold_until_end(event.handle.clone());
             } else {
-                if let Some(link) = joins {
-                    if let Some(graph) = link.graph.upgrade() {
-                        let mut tree = graph.lock();
-                        if tree.captures().contains_key(&link.id) {
-                            if tree.is_dead(&graph) {
-                                return Err(Error::InvalidArgument(
-                                    "the event was recorded into a capture whose graph the driver freed (a capture of its tree failed): waiting on it would join that capture".into(),
-                                ));
-                            }
-                            // The driver makes this stream part of the capture: so does the slot.
-                            // The stream must live until the capture ends.
-                            wait()?;
-                            *rec.slot = Some((*link).clone());
-                            let held = tree.until_end.entry(link.id).or_default();
-                            held.push(self.handle.clone());
-                            held.push(event.handle.clone());
-                            return Ok(());
+                if let (Some(link), Some(graph)) = (joins, &joined) {
+                    let mut tree = graph.lock();
+                    if tree.captures().contains_key(&link.id) {
+                        if tree.is_dead(graph) {
+                            return Err(Error::InvalidArgument(
+                                "the event was recorded into a capture whose graph the driver freed (a capture of its tree failed): waiting on it would join that capture".into(),
+                            ));
                         }
+                        // The driver makes this stream part of the capture: so does the slot.
+                        // The stream must live until the capture ends.
+                        wait()?;
+                        *rec.slot = Some((*link).clone());
+                        let held = tree.until_end.entry(link.id).or_default();
+                        held.push(self.handle.clone());
+                        held.push(event.handle.clone());
+                        return Ok(());
                     }
                 }
             }
@@ -340,15 +353,21 @@ impl Stream {
         op: impl FnOnce(&mut Recording<'_>) -> Result<R>,
     ) -> Result<R> {
         self.bind_for_work()?;
+        // The capture's graph while the work needs it: dropped after the slot is released
+        // (declared first), since its last handle may be this one (the capture's builder ended
+        // and dropped meanwhile), and a tree's drop runs the `Drop` of values it held, which may
+        // use this stream.
+        let graph;
         let mut slot = self.handle.slot();
-        if let Some((graph, id)) = slot.as_ref().map(|l| (l.graph.upgrade(), l.id)) {
-            if let Some(graph) = graph {
+        if let Some((upgraded, id)) = slot.as_ref().map(|l| (l.graph.upgrade(), l.id)) {
+            graph = upgraded;
+            if let Some(graph) = &graph {
                 let (mut tree, mut second) = match other {
-                    Some(o) => lock_two(&graph, o),
+                    Some(o) => lock_two(graph, o),
                     None => (graph.lock(), None),
                 };
                 if tree.captures().contains_key(&id) {
-                    if tree.is_dead(&graph) {
+                    if tree.is_dead(graph) {
                         // The driver freed the graph this capture records into (the parent's
                         // capture failed while a forgotten body still captured into it).
                         return Err(dead_capture());
@@ -356,7 +375,7 @@ impl Stream {
                     let mut rec = Recording {
                         tree: Some(&mut tree),
                         other: second.as_deref_mut(),
-                        capture: Some((&graph, id)),
+                        capture: Some((graph, id)),
                         slot: &mut slot,
                     };
                     return op(&mut rec);

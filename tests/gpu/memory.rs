@@ -33,6 +33,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         stream_alloc_async_is_a_device_buffer,
     ),
     (
+        "memory::a_stream_ordered_buffer_that_outlives_its_stream_is_freed",
+        Needs::Gpu,
+        a_stream_ordered_buffer_that_outlives_its_stream_is_freed,
+    ),
+    (
         "memory::graphs_wait_for_the_stream_ordered_memory_they_use",
         Needs::Gpu,
         graphs_wait_for_the_stream_ordered_memory_they_use,
@@ -176,6 +181,50 @@ fn stream_alloc_async_is_a_device_buffer(gpu: &Gpu) -> TestResult {
     a.synchronize()?;
     b.synchronize()?;
     Ok(())
+}
+
+/// A buffer from `alloc_async` holds its stream; dropped after every `Stream` of it, its free
+/// drops the stream's last handle, whose destroy is asked for while the free runs. That nested
+/// destroy once waited for the lock the free held (the release path's order lock): the drop
+/// never returned, and no destroy in the process ran again. Run on a thread of its own, so a
+/// hang fails the test instead of stopping the suite.
+fn a_stream_ordered_buffer_that_outlives_its_stream_is_freed(gpu: &Gpu) -> TestResult {
+    let device = gpu.device.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let run = || -> cuda_graph::Result<()> {
+            for _ in 0..3 {
+                // The `Stream` is dropped at the end of the statement: the buffer holds the last
+                // handle of its stream.
+                let buf = device.create_stream()?.alloc_async::<u8>(4096)?;
+                drop(buf);
+                // The same through a graph: the capture's keep set holds the buffer, and the
+                // graph outlives the builder, the stream and the buffer's own handle.
+                let s = device.create_stream()?;
+                let b = s.create_graph_builder().begin_building(Relaxed)?;
+                let kept = s.alloc_async::<u8>(4096)?;
+                b.memset_d8(&kept, 1)?;
+                let graph = b.end_building()?.instantiate()?;
+                drop((s, kept));
+                drop(graph);
+            }
+            // Destroys still run afterwards (the graph's keep set may have been dropped on the
+            // release thread: a hang there blocks every later destroy, this stream's too).
+            let s = device.create_stream()?;
+            let buf = s.alloc_async::<i32>(N as usize)?;
+            s.memset_d32(&buf, 7)?;
+            let back = buf.to_vec()?;
+            drop(s);
+            drop(buf);
+            assert_eq!(back, vec![7; N as usize]);
+            Ok(())
+        };
+        let _ = tx.send(run().map_err(|e| e.to_string()));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(done) => Ok(done?),
+        Err(_) => Err("dropping a stream-ordered buffer after its stream hung".into()),
+    }
 }
 
 fn pinned_round_trip(gpu: &Gpu) -> TestResult {

@@ -87,6 +87,16 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         conditional_exec_drops_beside_global_captures,
     ),
     (
+        "safety::a_relaxed_builder_dropped_in_a_host_callback_ends_its_capture",
+        Needs::Gpu,
+        a_relaxed_builder_dropped_in_a_host_callback_ends_its_capture,
+    ),
+    (
+        "safety::a_callback_waiting_on_an_event_another_thread_records_is_refused_not_deadlocked",
+        Needs::Gpu,
+        a_callback_waiting_on_an_event_another_thread_records_is_refused_not_deadlocked,
+    ),
+    (
         "safety::a_builders_launch_inside_a_host_callback_is_an_error",
         Needs::Gpu,
         a_builders_launch_inside_a_host_callback_is_an_error,
@@ -924,6 +934,107 @@ fn a_builders_launch_inside_a_host_callback_is_an_error(gpu: &Gpu) -> TestResult
     graph.launch(&s)?;
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [0], "the refused launch was not recorded");
+    Ok(())
+}
+
+/// A `Relaxed` builder is `Send`: a host callback can own it and drop it, or end it, on the
+/// driver's thread, where no CUDA call may be made. Its capture must still end (on the release
+/// thread), with its graph alive until then: a builder whose end was refused there dropped its
+/// graph while the driver still captured into it, and the stream's later work went to the freed
+/// graph.
+fn a_relaxed_builder_dropped_in_a_host_callback_ends_its_capture(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    for end_it in [false, true] {
+        let s = gpu.device.create_stream()?;
+        let b = s.create_graph_builder().begin_building(Relaxed)?;
+        b.memset_d32(&buf, 1)?;
+        let held = Arc::new(std::sync::Mutex::new(Some(b)));
+        let (tx, rx) = mpsc::channel();
+        let outer = {
+            let o = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+            let held = held.clone();
+            o.add_host_callback(move || {
+                let taken = held.lock().map(|mut h| h.take()).ok().flatten();
+                let said = match taken {
+                    Some(b) if end_it => format!("{:?}", b.end_building().map(|_| ())),
+                    Some(b) => {
+                        drop(b);
+                        "dropped".to_string()
+                    }
+                    None => "no builder".to_string(),
+                };
+                let _ = tx.send(said);
+            })?;
+            complete(o.end_building()?)?
+        };
+        let launcher = gpu.device.create_stream()?;
+        within(20, "a callback dropping a capturing builder", move || {
+            outer.launch(&launcher).map_err(|e| e.to_string())?;
+            launcher.synchronize().map_err(|e| e.to_string())
+        })?;
+        let said = rx.recv_timeout(Duration::from_secs(10))?;
+        if end_it {
+            assert!(said.contains("host callback"), "{said}");
+        } else {
+            assert_eq!(said, "dropped");
+        }
+        assert!(
+            eventually(|| matches!(s.is_capturing(), Ok(false))),
+            "the dropped builder's capture ended (end_building: {end_it})"
+        );
+        // The stream works again, outside any capture; the discarded capture's memset never ran.
+        s.memset_d32(&buf, 5)?;
+        s.synchronize()?;
+        assert_eq!(buf.to_vec()?, [5]);
+    }
+    Ok(())
+}
+
+/// Every crate call inside a host callback is an error, also one that takes a lock first: here a
+/// callback's `wait` on an event meets the event's lock held by a thread recording it on the
+/// callback's own stream, which waits for that stream's slot, held by a third thread's
+/// synchronous copy, which waits for the callback. The callback must be refused before it
+/// takes the lock (it once waited for it: all three hung).
+fn a_callback_waiting_on_an_event_another_thread_records_is_refused_not_deadlocked(
+    gpu: &Gpu,
+) -> TestResult {
+    let s = gpu.device.create_stream()?;
+    let other = gpu.device.create_stream()?;
+    let event = gpu.device.create_event()?;
+    let (tx, rx) = mpsc::channel();
+    let g = {
+        let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+        let (other, event) = (other.clone(), event.clone());
+        b.add_host_callback(move || {
+            // Until the recording thread holds the event's lock and waits for the stream.
+            std::thread::sleep(Duration::from_millis(400));
+            let _ = tx.send(format!("{:?}", other.wait(&event)));
+        })?;
+        complete(b.end_building()?)?
+    };
+    let buf = gpu.device.alloc_zeroed::<i32>(64)?;
+    let (s2, s3, event2) = (s.clone(), s.clone(), event.clone());
+    within(
+        30,
+        "a callback waiting on an event being recorded",
+        move || {
+            g.launch(&s2).map_err(|e| e.to_string())?;
+            // Holds the stream's slot while it waits for the stream, so for the callback.
+            let copier = std::thread::spawn(move || {
+                s3.memcpy_htod(&buf, &[1; 64]).map_err(|e| e.to_string())
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            // Holds the event's lock while it waits for the slot.
+            let recorder =
+                std::thread::spawn(move || s2.record(&event2).map_err(|e| e.to_string()));
+            copier.join().map_err(|_| "the copy panicked")??;
+            recorder.join().map_err(|_| "the record panicked")??;
+            Ok(())
+        },
+    )?;
+    let said = rx.recv_timeout(Duration::from_secs(10))?;
+    assert!(said.contains("host callback"), "{said}");
+    s.synchronize()?;
     Ok(())
 }
 
