@@ -201,8 +201,8 @@ fn a_stream_ordered_buffer_that_outlives_its_stream_is_freed(gpu: &Gpu) -> TestR
                 // The same through a graph: the capture's keep set holds the buffer, and the
                 // graph outlives the builder, the stream and the buffer's own handle.
                 let s = device.create_stream()?;
-                let b = s.create_graph_builder().begin_building(Relaxed)?;
                 let kept = s.alloc_async::<u8>(4096)?;
+                let b = s.create_graph_builder().begin_building(Relaxed)?;
                 b.memset_d8(&kept, 1)?;
                 let graph = b.end_building()?.instantiate()?;
                 drop((s, kept));
