@@ -56,6 +56,8 @@ thread_local! {
     static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
     /// Set while this thread runs destroys (in [`run_in_order`], holding [`ORDER`]).
     static IN_ORDER: Cell<bool> = const { Cell::new(false) };
+    /// Set when a destroy job on this thread asked for another destroy (queued in [`DEFERRED`]).
+    static ASKED_IN_ORDER: Cell<bool> = const { Cell::new(false) };
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -117,7 +119,9 @@ fn run_in_order(job: impl FnOnce()) {
     IN_ORDER.with(|c| c.set(true));
     run_queued();
     contain(job);
-    run_queued();
+    if ASKED_IN_ORDER.with(|c| c.replace(false)) {
+        run_queued();
+    }
     IN_ORDER.with(|c| c.set(false));
 }
 
@@ -131,6 +135,7 @@ fn run_queued() {
         for deferred in jobs {
             contain(deferred);
         }
+        ASKED_IN_ORDER.with(|c| c.set(false));
     }
 }
 
@@ -172,6 +177,7 @@ pub(crate) fn destroy(job: impl FnOnce() + Send + 'static) {
         // Asked by a destroy job (it dropped another object's last handle): the `run_in_order`
         // running on this thread runs it next.
         lock(&DEFERRED).push(Box::new(job));
+        ASKED_IN_ORDER.with(|c| c.set(true));
         return;
     }
     if thread_may_destroy() {
