@@ -192,6 +192,9 @@ pub struct Graph {
     pub(crate) exec: ExecHandle,
     /// The graphs of successful updates: the exec may use their operands.
     pub(crate) state: Mutex<ExecState>,
+    /// Whether a [`DeviceGraph`] handle was made ([`Graph::has_device_handle`] reads it without
+    /// the lock, so that a host callback asking it never waits for a launch).
+    device_handled: std::sync::atomic::AtomicBool,
 }
 
 /// What launches and updates of one exec share, behind one lock: CUDA does not synchronise an
@@ -594,6 +597,7 @@ impl Graph {
                 device_launch: options.device_launch,
                 ..ExecState::default()
             }),
+            device_handled: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -712,6 +716,8 @@ impl Graph {
                 state.pending_ready.clear();
                 let keep = Arc::new(DeviceLaunchKeep::default());
                 state.device_keep = Some(keep.clone());
+                self.device_handled
+                    .store(true, std::sync::atomic::Ordering::Release);
                 keep
             }
         };
@@ -732,7 +738,8 @@ impl Graph {
     /// # Ok(()) }
     /// ```
     pub fn has_device_handle(&self) -> bool {
-        lock(&self.state).device_keep.is_some()
+        self.device_handled
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Updates the exec's node parameters from `source` — an ended primary builder or a

@@ -137,6 +137,29 @@ struct More<'a> {
     keep: Vec<Held<'a>>,
 }
 
+/// Appends `item` to a list past its room in place (`inline`, of which the first `n` are
+/// initialised, or none once `n` is [`SPILLED`]): the first time, the inline elements are moved
+/// to `heap` and `n` set to `SPILLED`.
+fn push_spilled<T, const N: usize>(
+    n: &mut u8,
+    inline: &[MaybeUninit<T>; N],
+    heap: &mut Vec<T>,
+    item: T,
+) {
+    if *n != SPILLED {
+        // Reserved first, so nothing can unwind between moving the elements out and marking the
+        // list spilled (which would drop them twice).
+        heap.reserve(N * 2);
+        for v in &inline[..usize::from(*n)] {
+            // SAFETY: `inline[..n]` are initialised; each is read once, and `n` is set to
+            // `SPILLED` below, so the inline copies are never read or dropped again.
+            heap.push(unsafe { v.assume_init_read() });
+        }
+        *n = SPILLED;
+    }
+    heap.push(item);
+}
+
 /// `more`, made on first use.
 fn more_of<'m, 'a>(more: &'m mut Option<Box<More<'a>>>) -> &'m mut More<'a> {
     more.get_or_insert_with(|| {
@@ -391,22 +414,9 @@ impl<'a> KernelArgs<'a> {
     /// Appends a value past the list's room, moving the values to the heap the first time.
     #[inline(never)]
     fn push_value_spilled(&mut self, value: ArgValue) {
-        let n = self.nvalues;
-        let inline = &mut self.values;
         self.owns = true;
         let more = more_of(&mut self.more);
-        if n != SPILLED {
-            // Reserved first, so nothing can unwind between moving the values out and marking
-            // the list spilled (which would drop them twice).
-            more.values.reserve(INLINE_VALUES * 2);
-            for v in &inline[..usize::from(n)] {
-                // SAFETY: `values[..n]` are initialised; each is read once, and the count set to
-                // `SPILLED` below, so the inline copies are never read or dropped again.
-                more.values.push(unsafe { v.assume_init_read() });
-            }
-            self.nvalues = SPILLED;
-        }
-        more.values.push(value);
+        push_spilled(&mut self.nvalues, &self.values, &mut more.values, value);
     }
 
     /// Appends an owner to `keep`.
@@ -424,20 +434,9 @@ impl<'a> KernelArgs<'a> {
     /// Appends an owner past the list's room, moving the owners to the heap the first time.
     #[inline(never)]
     fn push_keep_spilled(&mut self, held: Held<'a>) {
-        let n = self.nkeep;
-        let inline = &mut self.keep;
         self.owns = true;
         let more = more_of(&mut self.more);
-        if n != SPILLED {
-            // As in `push_value_spilled`.
-            more.keep.reserve(INLINE_KEEP * 2);
-            for k in &inline[..usize::from(n)] {
-                // SAFETY: as in `push_value_spilled`, for `keep[..n]`.
-                more.keep.push(unsafe { k.assume_init_read() });
-            }
-            self.nkeep = SPILLED;
-        }
-        more.keep.push(held);
+        push_spilled(&mut self.nkeep, &self.keep, &mut more.keep, held);
     }
 
     /// Borrows `owner` for as long as the arguments live: what uses them takes its own hold.

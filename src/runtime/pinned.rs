@@ -145,6 +145,9 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
     /// # Ok(()) }
     /// ```
     pub fn synchronize(&self) -> Result<()> {
+        // Before the lock: another thread may hold it while it waits for a copy queued behind
+        // the callback (see `refuse_in_host_callback`).
+        crate::driver::context::refuse_in_host_callback()?;
         wait(&mut lock(&self.copies))
     }
 

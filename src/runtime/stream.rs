@@ -70,6 +70,21 @@ impl Recording<'_> {
     }
 }
 
+/// A capture's graph, upgraded from a stream's or an event's link for the length of one
+/// operation. Its handle may be the last (the capture ended and its builder was dropped
+/// meanwhile): the graph then goes to the release thread, not here, where the operation's
+/// caller may still hold a lock (an event's, an exec's) and a tree's drop runs the `Drop` of
+/// values it held, which may call back into the crate and take that lock.
+struct Upgraded(Option<Arc<GraphHandle>>);
+
+impl Drop for Upgraded {
+    fn drop(&mut self) {
+        if let Some(last) = self.0.take().and_then(Arc::into_inner) {
+            driver::release::later(Box::new(move || drop(last)));
+        }
+    }
+}
+
 /// A builder's own capture, as the builder knows it while it is borrowed in its capturing
 /// state: the graph recorded into and the capture's id (see `Stream::launch_recorded`).
 #[derive(Clone, Copy)]
@@ -254,15 +269,13 @@ impl Stream {
     pub fn wait(&self, event: &Event) -> Result<()> {
         // Before the event's lock (see `refuse_in_host_callback`).
         driver::context::refuse_in_host_callback()?;
-        // The graph of the capture the event was recorded into, while the wait needs it: dropped
-        // after both locks are released (declared first), since its last handle may be this one
-        // (the capture's builder ended and dropped meanwhile), and a tree's drop runs the `Drop`
-        // of values it held, which may use this stream or event.
+        // The graph of the capture the event was recorded into, while the wait needs it (see
+        // `Upgraded`; declared first, so it goes after both locks are released).
         let joined;
         // Held across the wait (see `record`): the event is not recorded again meanwhile.
         let recorded_in = lock(&event.handle.recorded_in);
         let joins = recorded_in.as_ref();
-        joined = joins.and_then(|link| link.graph.upgrade());
+        joined = Upgraded(joins.and_then(|link| link.graph.upgrade()));
         let wait = || {
             // SAFETY: both handles are live; flags must be 0.
             unsafe { driver::stream::wait_event(self.raw(), event.handle.raw, 0) }
@@ -271,7 +284,7 @@ impl Stream {
             if rec.capturing() {
                 rec.hold_until_end(event.handle.clone());
             } else {
-                if let (Some(link), Some(graph)) = (joins, &joined) {
+                if let (Some(link), Some(graph)) = (joins, &joined.0) {
                     let mut tree = graph.lock();
                     if tree.captures().contains_key(&link.id) {
                         if tree.is_dead(graph) {
@@ -353,15 +366,13 @@ impl Stream {
         op: impl FnOnce(&mut Recording<'_>) -> Result<R>,
     ) -> Result<R> {
         self.bind_for_work()?;
-        // The capture's graph while the work needs it: dropped after the slot is released
-        // (declared first), since its last handle may be this one (the capture's builder ended
-        // and dropped meanwhile), and a tree's drop runs the `Drop` of values it held, which may
-        // use this stream.
-        let graph;
+        // The capture's graph while the work needs it (see `Upgraded`; declared first, so it
+        // goes after the slot is released).
+        let upgraded;
         let mut slot = self.handle.slot();
-        if let Some((upgraded, id)) = slot.as_ref().map(|l| (l.graph.upgrade(), l.id)) {
-            graph = upgraded;
-            if let Some(graph) = &graph {
+        if let Some((graph, id)) = slot.as_ref().map(|l| (l.graph.upgrade(), l.id)) {
+            upgraded = Upgraded(graph);
+            if let Some(graph) = &upgraded.0 {
                 let (mut tree, mut second) = match other {
                     Some(o) => lock_two(graph, o),
                     None => (graph.lock(), None),
