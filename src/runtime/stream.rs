@@ -72,9 +72,10 @@ impl Recording<'_> {
 
 /// A capture's graph, upgraded from a stream's or an event's link for the length of one
 /// operation. Its handle may be the last (the capture ended and its builder was dropped
-/// meanwhile): the graph then goes to the release thread, not here, where the operation's
-/// caller may still hold a lock (an event's, an exec's) and a tree's drop runs the `Drop` of
-/// values it held, which may call back into the crate and take that lock.
+/// meanwhile): the graph then goes to the release thread, not here, where locks are held (the
+/// stream's slot, and the caller's: an event's, an exec's) and a tree's drop runs the `Drop` of
+/// values it held, which may call back into the crate and take them. So where it is dropped
+/// among those locks does not matter.
 struct Upgraded(Option<Arc<GraphHandle>>);
 
 impl Drop for Upgraded {
@@ -269,13 +270,11 @@ impl Stream {
     pub fn wait(&self, event: &Event) -> Result<()> {
         // Before the event's lock (see `refuse_in_host_callback`).
         driver::context::refuse_in_host_callback()?;
-        // The graph of the capture the event was recorded into, while the wait needs it (see
-        // `Upgraded`; declared first, so it goes after both locks are released).
-        let joined;
         // Held across the wait (see `record`): the event is not recorded again meanwhile.
         let recorded_in = lock(&event.handle.recorded_in);
         let joins = recorded_in.as_ref();
-        joined = Upgraded(joins.and_then(|link| link.graph.upgrade()));
+        // The graph of the capture the event was recorded into, while the wait needs it.
+        let joined = Upgraded(joins.and_then(|link| link.graph.upgrade()));
         let wait = || {
             // SAFETY: both handles are live; flags must be 0.
             unsafe { driver::stream::wait_event(self.raw(), event.handle.raw, 0) }
@@ -366,12 +365,10 @@ impl Stream {
         op: impl FnOnce(&mut Recording<'_>) -> Result<R>,
     ) -> Result<R> {
         self.bind_for_work()?;
-        // The capture's graph while the work needs it (see `Upgraded`; declared first, so it
-        // goes after the slot is released).
-        let upgraded;
         let mut slot = self.handle.slot();
         if let Some((graph, id)) = slot.as_ref().map(|l| (l.graph.upgrade(), l.id)) {
-            upgraded = Upgraded(graph);
+            // The capture's graph while the work needs it.
+            let upgraded = Upgraded(graph);
             if let Some(graph) = &upgraded.0 {
                 let (mut tree, mut second) = match other {
                     Some(o) => lock_two(graph, o),
