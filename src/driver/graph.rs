@@ -952,8 +952,9 @@ pub(crate) struct TreeState {
     pub(crate) captured_epoch: u64,
     /// Operands used by captured nodes of this tree (and what clones and captured embeds hold),
     /// added since the last [`TreeState::snapshot`]. Nodes added explicitly hold theirs in
-    /// [`TreeState::nodes`], so that destroying a node releases what it used.
-    pending: Vec<Arc<dyn Any + Send + Sync>>,
+    /// [`TreeState::nodes`], so that destroying a node releases what it used. The first two
+    /// (a captured launch's module and buffer) stay inline: a capture allocates nothing for them.
+    pending: smallvec::SmallVec<[Owner; 2]>,
     /// Addresses of everything this tree holds, so each is held once.
     kept: KeptSet,
     /// Earlier operands, in chunks shared with the execs instantiated from this tree: an exec
@@ -1154,7 +1155,7 @@ impl TreeState {
     pub(crate) fn snapshot(&mut self) -> Vec<KeepChunk> {
         if !self.pending.is_empty() {
             self.chunks
-                .push(Arc::new(std::mem::take(&mut self.pending)));
+                .push(Arc::new(std::mem::take(&mut self.pending).into_vec()));
         }
         let mut all = self.chunks.clone();
         all.extend(self.nodes.owners_chunk());
