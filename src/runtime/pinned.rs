@@ -1,12 +1,13 @@
 //! Page-locked host memory and the asynchronous copies between it and device buffers.
 
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::{Device, DeviceCopy};
 use crate::driver;
 use crate::driver::event::EventHandle;
 use crate::driver::memory::PinnedAlloc;
+use crate::driver::stream::StreamHandle;
 use crate::error::{Error, Result};
 
 /// A typed buffer of page-locked (pinned) host memory (`cuMemHostAlloc`), zeroed when made:
@@ -47,8 +48,11 @@ pub struct PinnedBuffer<T: DeviceCopy> {
 /// The copies that may still use a pinned buffer.
 #[derive(Debug, Default)]
 struct Copies {
-    /// Per stream (by raw handle): an event recorded after the last copy queued there.
-    pending: Vec<(usize, Arc<EventHandle>)>,
+    /// Per stream: an event recorded after the last copy queued there. A stream is told apart
+    /// by its handle's allocation, which the `Weak` keeps from being reused, not by its raw
+    /// `CUstream`: two devices' legacy default streams share the raw value 0, and a destroyed
+    /// stream's value can be handed out again while its copy still runs.
+    pending: Vec<(Weak<StreamHandle>, Arc<EventHandle>)>,
     /// A copy was queued that could be neither tracked nor waited for.
     untracked: bool,
 }
@@ -98,8 +102,18 @@ pub(crate) fn device_byte_size<T>(len: usize) -> Result<usize> {
 impl<T: DeviceCopy> PinnedBuffer<T> {
     pub(crate) fn new(device: &Device, len: usize) -> Result<Self> {
         let bytes = byte_size::<T>(len, "pinned host buffer")?;
+        let alloc = PinnedAlloc::zeroed(&device.ctx, bytes)?;
+        let align = std::mem::align_of::<T>();
+        if !(alloc.ptr as usize).is_multiple_of(align) {
+            // The driver aligns to pages; a slice of a type aligned more strictly would not be.
+            // (`alloc` is freed on return.)
+            return Err(Error::InvalidArgument(format!(
+                "`{}` is aligned to {align} bytes, more than the driver aligned this pinned buffer to",
+                std::any::type_name::<T>()
+            )));
+        }
         Ok(PinnedBuffer {
-            alloc: Some(PinnedAlloc::zeroed(&device.ctx, bytes)?),
+            alloc: Some(alloc),
             len,
             copies: Mutex::new(Copies::default()),
             _t: PhantomData,
@@ -183,12 +197,14 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
 
     /// Records that a copy using this buffer was queued on `stream` (its event recorded after
     /// it), or that it could not be tracked.
-    pub(crate) fn track(&self, stream: usize, done: Result<Arc<EventHandle>>) {
+    pub(crate) fn track(&self, stream: &Arc<StreamHandle>, done: Result<Arc<EventHandle>>) {
         let mut copies = lock(&self.copies);
         match done {
             Ok(event) => {
-                copies.pending.retain(|(s, _)| *s != stream);
-                copies.pending.push((stream, event));
+                copies
+                    .pending
+                    .retain(|(s, _)| !std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream)));
+                copies.pending.push((Arc::downgrade(stream), event));
             }
             Err(_) => copies.untracked = true,
         }

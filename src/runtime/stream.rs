@@ -879,7 +879,7 @@ impl Stream {
                     self.raw(),
                 )
             }?;
-            src.track(self.raw() as usize, self.mark(event));
+            src.track(&self.handle, self.mark(event));
             self.hold_borrowed(rec, [super::OwnerRef::Alloc(&dst.alloc)])
         })
     }
@@ -922,7 +922,7 @@ impl Stream {
                     self.raw(),
                 )
             }?;
-            dst.track(self.raw() as usize, self.mark(event));
+            dst.track(&self.handle, self.mark(event));
             self.hold_borrowed(rec, [super::OwnerRef::Alloc(&src.alloc)])
         })
     }
