@@ -179,8 +179,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// A cudarc slice as a buffer: a kernel argument and a memset or memcpy operand wherever a
     /// `DeviceBuffer` is. The `Arc<CudaSlice<T>>` is held by the buffer, its clones and every
     /// graph and exec that uses it, and dropped after the last of them. A slice of another device
-    /// or context, or an empty one, is refused with [`Error::InvalidArgument`]; so is converting
-    /// while the slice's own stream captures (see the
+    /// or context, or an empty one, is refused with [`Error::InvalidArgument`]; so is a slice of
+    /// cudarc's per-thread default stream (`per_thread_stream()`: its handle names the calling
+    /// thread's stream, so the conversion could not wait for the slice's allocation made on
+    /// another thread), and converting while the slice's own stream captures (see the
     /// [module documentation](crate::interop::cudarc)). The conversion waits for the work
     /// queued on the slice's stream so far: cudarc allocates and zeroes a slice there with
     /// stream-ordered calls, and this crate's streams and graphs are not ordered after them.
@@ -239,6 +241,13 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 /// would cudarc's own event waits there.
 fn base_ptr<T>(device: &Device, slice: &CudaSlice<T>) -> Result<u64> {
     let stream = slice.stream();
+    if stream.cu_stream() as usize == 2 {
+        // `CU_STREAM_PER_THREAD`: the wait below would wait for this thread's stream, not for
+        // the one of the thread that allocated the slice.
+        return Err(Error::InvalidArgument(
+            "the cudarc slice was allocated on the per-thread default stream, which names a different stream on each thread, so the allocation cannot be waited for here: allocate it on a stream of its own (`ctx.new_stream()`) or the legacy default stream".into(),
+        ));
+    }
     device.ctx.bind()?;
     // SAFETY: the slice holds its stream alive, and the stream is of the slice's context,
     // `device`'s primary context (checked by the caller), now current.

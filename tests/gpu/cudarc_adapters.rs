@@ -230,5 +230,11 @@ fn the_per_thread_default_stream_is_refused(_gpu: &Gpu) -> TestResult {
     // SAFETY: as above.
     let legacy = unsafe { Stream::from_cudarc(&device, &ctx.default_stream())? };
     legacy.synchronize()?;
+    // A slice of it: converted on another thread, the wait would be for that thread's stream.
+    let slice = Arc::new(ctx.per_thread_stream().alloc_zeros::<u32>(16)?);
+    match DeviceBuffer::from_cudarc(&device, slice) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("per-thread"), "{why}"),
+        other => return Err(format!("expected a refusal, got {:?}", other.map(|_| ())).into()),
+    }
     Ok(())
 }
