@@ -292,7 +292,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsEnded,
     {
         let graph = self.ended_graph()?;
-        crate::graph::dot_print(graph, path.as_ref(), options, |_| Ok(()))
+        crate::graph::dot_print(graph, path.as_ref(), options, |tree| tree.check_complete())
     }
 
     pub(crate) fn ended_graph(&self) -> Result<&std::sync::Arc<crate::driver::graph::GraphHandle>>

@@ -47,6 +47,14 @@ impl Memset2d {
     /// Checks the shape against a buffer of `len` elements.
     pub(crate) fn check(&self, len: usize) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.pitch > isize::MAX as usize / 8 {
+            // In bytes it must fit the address space (one row is all that is set when `height`
+            // is 1, so the extent below does not bound it).
+            return bad(format!(
+                "a memset pitch of {} elements is larger than any buffer",
+                self.pitch
+            ));
+        }
         if self.width == 0 || self.height == 0 {
             return bad(format!(
                 "a memset of {} x {} elements sets nothing: width and height must be at least 1",
@@ -1041,6 +1049,8 @@ impl GraphDefinition {
         options: &MemAllocOptions,
     ) -> Result<(MemAllocNode, GraphAllocation)> {
         check_alloc_size(bytes)?;
+        // Before the device queries below: no CUDA call on a host callback's thread.
+        driver::context::refuse_in_host_callback()?;
         let ctx = &self.handle().ctx;
         let devices = driver::device::count()?.max(0) as usize;
         let exists = |ordinal: usize, what: &str| -> Result<sys::CUdevice> {
@@ -1209,6 +1219,11 @@ mod tests {
         assert!(s(10, 0, 16).check(64).is_err());
         assert!(s(17, 4, 16).check(64).is_err());
         assert!(s(1, usize::MAX, usize::MAX).check(64).is_err());
+        // One row: the pitch is not bounded by the extent, but its bytes must fit the address
+        // space (it is multiplied by the element size for the driver).
+        assert!(s(1, 1, usize::MAX).check(64).is_err());
+        assert!(s(1, 1, usize::MAX / 4 + 1).check(64).is_err());
+        assert!(s(1, 1, 1 << 40).check(64).is_ok());
     }
 
     #[test]
