@@ -348,9 +348,24 @@ const SHN_LORESERVE: u16 = 0xff00;
 /// every section's `sh_link` is a section; a symbol table's entries are 24 bytes, link to a
 /// string table, and each symbol's name lies inside it and its section index is a section (or
 /// reserved); a relocation table's entries are 24 (`RELA`) or 16 (`REL`) bytes, it links to a
-/// symbol table, applies to a section, and each entry names a symbol of that table.
+/// symbol table, applies to a section with bytes in the file, and each entry names a symbol of
+/// that table and a place inside that section. The tables checked entry by entry may not add up
+/// to more than the image: in a well-formed file they do not overlap, and a crafted one whose
+/// thousands of headers all name one large table would otherwise take time quadratic in its size.
 fn check_tables(b: &[u8], all: &[SectionHeader], shnum: u16) -> std::result::Result<(), String> {
     let bytes = |s: &SectionHeader| range(b, s.offset, s.size).unwrap_or_default();
+    let mut scanned: u64 = 0;
+    let mut scan = |i: usize, s: &SectionHeader| {
+        scanned = scanned.saturating_add(s.size);
+        if scanned > b.len() as u64 {
+            return Err(format!(
+                "the symbol and relocation tables up to section {i} add up to more than the \
+                 {}-byte image: sections overlap",
+                b.len()
+            ));
+        }
+        Ok(())
+    };
     for (i, s) in all.iter().enumerate() {
         if s.link >= u32::from(shnum) {
             return Err(format!(
@@ -375,6 +390,7 @@ fn check_tables(b: &[u8], all: &[SectionHeader], shnum: u16) -> std::result::Res
                         s.link
                     ));
                 }
+                scan(i, s)?;
                 let count = s.size / SYM_SIZE;
                 if u64::from(s.info) > count {
                     return Err(format!(
@@ -433,6 +449,15 @@ fn check_tables(b: &[u8], all: &[SectionHeader], shnum: u16) -> std::result::Res
                         s.info
                     ));
                 }
+                let target = &all[s.info as usize];
+                if target.kind == SHT_NOBITS && s.size > 0 {
+                    return Err(format!(
+                        "relocation table (section {i}) applies to section {}, which has no \
+                         bytes in the file (SHT_NOBITS)",
+                        s.info
+                    ));
+                }
+                scan(i, s)?;
                 let symbols = linked.size / SYM_SIZE;
                 for (k, rel) in bytes(s).chunks_exact(entry as usize).enumerate() {
                     let symbol = read_u64(rel, 8).unwrap_or(u64::MAX) >> 32;
@@ -440,6 +465,15 @@ fn check_tables(b: &[u8], all: &[SectionHeader], shnum: u16) -> std::result::Res
                         return Err(format!(
                             "relocation {k} of section {i} names symbol {symbol}, but its symbol \
                              table has {symbols}"
+                        ));
+                    }
+                    // Where the loader patches: it must lie inside the section patched.
+                    let at = read_u64(rel, 0).unwrap_or(u64::MAX);
+                    if at >= target.size {
+                        return Err(format!(
+                            "relocation {k} of section {i} patches offset {at} of section {}, \
+                             which is {} bytes long",
+                            s.info, target.size
                         ));
                     }
                 }
@@ -719,6 +753,93 @@ mod tests {
             "which is not a symbol table",
         );
         rejected_with(&with(shoff + 3 * 64 + 0x2c, 7, 4), "applies to section 7");
+        rejected_with(
+            &with(rela, 48, 8),
+            "relocation 0 of section 3 patches offset 48 of section 2, which is 48 bytes long",
+        );
+        rejected_with(
+            &with(rela, u64::MAX / 2, 8),
+            "relocation 0 of section 3 patches offset",
+        );
+        rejected_with(
+            &with(shoff + 3 * 64 + 0x2c, 0, 4),
+            "patches offset 0 of section 0, which is 0 bytes long",
+        );
+        assert!(
+            validate(&with(rela, 47, 8)).is_ok(),
+            "the last byte is inside"
+        );
+    }
+
+    #[test]
+    fn relocations_into_a_section_without_file_bytes_are_rejected() {
+        let (ok, _, _) = elf_with_symbols();
+        let shoff = elf(4, 0).shoff;
+        let mut b = ok.clone();
+        // Patching another section with bytes (the names) is accepted.
+        put32(&mut b, shoff + 3 * 64 + 0x2c, 1);
+        assert!(validate(&b).is_ok(), "{:?}", validate(&b));
+        let mut nobits = elf(5, 0);
+        let at = nobits.sh(4, 4);
+        put32(&mut nobits.bytes, at, 8); // SHT_NOBITS
+        let base = nobits.bytes.len();
+        nobits.bytes.resize(base + 48 + 24, 0);
+        let (symtab, rela) = (base, base + 48);
+        put32(&mut nobits.bytes, symtab + 24, 1);
+        put64(&mut nobits.bytes, rela + 8, (1 << 32) | 1);
+        let sh = |i: usize, field: usize| nobits.sh(i, field);
+        let (sym_kind, sym_off, sym_size, sym_link, sym_ent) =
+            (sh(2, 4), sh(2, 0x18), sh(2, 0x20), sh(2, 0x28), sh(2, 0x38));
+        let (rel_kind, rel_off, rel_size, rel_link, rel_info, rel_ent) = (
+            sh(3, 4),
+            sh(3, 0x18),
+            sh(3, 0x20),
+            sh(3, 0x28),
+            sh(3, 0x2c),
+            sh(3, 0x38),
+        );
+        let b = &mut nobits.bytes;
+        put32(b, sym_kind, 2);
+        put64(b, sym_off, symtab as u64);
+        put64(b, sym_size, 48);
+        put32(b, sym_link, 1);
+        put64(b, sym_ent, 24);
+        put32(b, rel_kind, 4);
+        put64(b, rel_off, rela as u64);
+        put64(b, rel_size, 24);
+        put32(b, rel_link, 2);
+        put32(b, rel_info, 2);
+        put64(b, rel_ent, 24);
+        assert!(validate(b).is_ok(), "{:?}", validate(b));
+        put32(b, rel_info, 4);
+        rejected_with(
+            b,
+            "applies to section 4, which has no bytes in the file (SHT_NOBITS)",
+        );
+    }
+
+    #[test]
+    fn tables_named_by_many_headers_are_rejected_not_scanned_each_time() {
+        // 38 symbol tables over the same 4800 bytes: 182 400 bytes to scan in a ~8 KB image.
+        let mut e = elf(40, 0);
+        let table = e.bytes.len();
+        e.bytes.resize(table + 4800, 0);
+        for i in 2..40 {
+            let b = &mut e.bytes;
+            let sh = e.shoff + i * 64;
+            put32(b, sh + 4, 2); // SHT_SYMTAB
+            put64(b, sh + 0x18, table as u64);
+            put64(b, sh + 0x20, 4800);
+            put32(b, sh + 0x28, 1);
+            put64(b, sh + 0x38, 24);
+        }
+        rejected_with(&e.bytes, "add up to more than the");
+        // One of them alone is fine.
+        let mut one = e.bytes.clone();
+        for i in 3..40 {
+            put32(&mut one, e.shoff + i * 64 + 4, 1); // SHT_PROGBITS
+        }
+        assert!(validate(&one).is_ok(), "{:?}", validate(&one));
     }
 
     const FLAGS_64BIT_LINUX: u64 = 0x11;
