@@ -278,7 +278,7 @@ pub(crate) fn register_bodies(
 ) -> Vec<Arc<GraphHandle>> {
     let bodies: Vec<_> = raws
         .into_iter()
-        .map(|raw| GraphHandle::body(graph, raw))
+        .map(|raw| GraphHandle::body(tree, graph, raw))
         .collect();
     tree.conditionals.insert(
         (graph.id, node as usize),

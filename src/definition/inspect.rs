@@ -388,8 +388,10 @@ impl GraphDefinition {
             let child = unsafe { driver::graph::child_graph_node_get_graph(raw) }?;
             let next = crate::driver::graph::next_id();
             let id = *locked.tree.embedded.entry((n.graph, n.raw)).or_insert(next);
+            // Made under the lock: destroying the node marks its graph dead, which the view
+            // then sees.
+            let view = GraphHandle::node_owned(&mut locked.tree, graph, child, id, true);
             drop(locked);
-            let view = GraphHandle::node_owned(graph, child, id, true);
             return Ok(NodeInfo::ChildGraph(
                 TypedNode::new(n),
                 ChildGraphInfo {
@@ -397,7 +399,7 @@ impl GraphDefinition {
                 },
             ));
         }
-        let tree = &*locked.tree;
+        let tree = &mut *locked.tree;
         // Every driver call below reads a live node of the locked tree (the read-back promise).
         let info = match ty {
             NodeType::Kernel => NodeInfo::Kernel(TypedNode::new(n), kernel_info(tree, &n, raw)?),
@@ -510,6 +512,7 @@ impl GraphDefinition {
                     .iter()
                     .map(|&(id, raw)| {
                         GraphDefinition::view(GraphHandle::node_owned(
+                            tree,
                             graph,
                             raw as sys::CUgraph,
                             id,

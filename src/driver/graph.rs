@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::tree_lock::{TreeGuard, TreeLock};
 
@@ -83,33 +83,55 @@ pub(crate) type KeepChunk = Arc<Vec<Arc<dyn Any + Send + Sync>>>;
 /// callback's state, an event, an embedded graph's operands).
 pub(crate) type Owner = Arc<dyn Any + Send + Sync>;
 
-/// The first of `items` that `pred` picks, looking inside the shared chunks (`Vec<Owner>`) that
-/// trees, snapshots and copies hold, a few levels deep; `None` if none. A `pred` that never
-/// picks visits everything.
+/// Forgets the handles in `views` that are gone, and the graphs none of whose handles is left;
+/// a dead graph (in `dead`) whose handles are all gone leaves `dead` too: nothing can name it
+/// any more (node tokens are checked against a live handle's graph and the node table, which
+/// forgot the dead graph's nodes when it died). Graphs never given a handle through
+/// [`GraphHandle::node_owned`] stay in `dead`.
+fn prune_views<T>(views: &mut IdMap<u64, Vec<Weak<T>>>, dead: &mut IdSet<u64>) {
+    views.retain(|id, handles| {
+        handles.retain(|h| h.strong_count() > 0);
+        if handles.is_empty() {
+            dead.remove(id);
+        }
+        !handles.is_empty()
+    });
+}
+
+/// One of `items` that `pred` picks, looking inside the shared chunks (`Vec<Owner>`) that trees,
+/// snapshots and copies hold, however deeply nested (each embed or clone wraps its operands one
+/// level deeper), each chunk once; `None` if none. A `pred` that never picks visits everything.
+/// Iterative, so a deep nesting cannot overflow the stack.
 pub(crate) fn search_owners<'a>(
     items: impl Iterator<Item = &'a Owner>,
     pred: &mut dyn FnMut(&Owner) -> bool,
 ) -> Option<Owner> {
-    fn search<'a>(
-        items: impl Iterator<Item = &'a Owner>,
-        pred: &mut dyn FnMut(&Owner) -> bool,
-        depth: u32,
-    ) -> Option<Owner> {
-        for o in items {
-            if pred(o) {
-                return Some(o.clone());
-            }
-            if depth > 0 {
-                if let Some(chunk) = o.downcast_ref::<Vec<Owner>>() {
-                    if let Some(found) = search(chunk.iter(), pred, depth - 1) {
-                        return Some(found);
-                    }
-                }
+    let mut seen: IdSet<usize> = IdSet::default();
+    let mut chunks: Vec<&'a Vec<Owner>> = Vec::new();
+    let mut visit = |o: &'a Owner, chunks: &mut Vec<&'a Vec<Owner>>| {
+        if pred(o) {
+            return Some(o.clone());
+        }
+        if let Some(chunk) = o.downcast_ref::<Vec<Owner>>() {
+            if seen.insert(chunk as *const Vec<Owner> as usize) {
+                chunks.push(chunk);
             }
         }
         None
+    };
+    for o in items {
+        if let Some(found) = visit(o, &mut chunks) {
+            return Some(found);
+        }
     }
-    search(items, pred, 8)
+    while let Some(chunk) = chunks.pop() {
+        for o in chunk {
+            if let Some(found) = visit(o, &mut chunks) {
+                return Some(found);
+            }
+        }
+    }
+    None
 }
 
 /// What one node uses besides its shared entries (see [`SharedRef`]): held for its slot in the
@@ -975,6 +997,12 @@ pub(crate) struct TreeState {
     /// Graphs holding memory allocation (and so free) nodes. CUDA forbids deleting nodes or
     /// edges of such a graph: `destroy_node` and `remove_edge` refuse it.
     pub(crate) memory_graphs: IdSet<u64>,
+    /// The handles made for graphs owned by nodes of this tree (bodies, embedded graphs), by
+    /// graph id: once none of a dead graph's handles is alive, nothing can name it again, and
+    /// its id leaves `dead` (see [`TreeState::prune_views`]).
+    views: IdMap<u64, Vec<Weak<GraphHandle>>>,
+    /// `views` and `dead` are pruned when together they grow past this.
+    prune_at: usize,
 }
 
 // The cache-line plan above (`GraphHandle` starts on a line: `repr(C, align(64))`).
@@ -1040,7 +1068,28 @@ impl TreeState {
     /// Records that the driver freed the graphs `ids`.
     pub(crate) fn mark_dead(&mut self, ids: impl IntoIterator<Item = u64>) {
         self.dead.extend(ids);
+        self.maybe_prune_views();
         self.note_unusual();
+    }
+
+    /// Records `view`, a handle just made for a graph owned by a node of this tree (under the
+    /// tree's lock, so that the graph cannot die unseen in between).
+    fn register_view(&mut self, view: &Arc<GraphHandle>) {
+        self.views
+            .entry(view.id)
+            .or_default()
+            .push(Arc::downgrade(view));
+        self.maybe_prune_views();
+    }
+
+    /// [`prune_views`](Self::prune_views) once `views` and `dead` have doubled since the last
+    /// time: amortised constant time per view made or graph freed.
+    fn maybe_prune_views(&mut self) {
+        if self.views.len() + self.dead.len() > self.prune_at.max(64) {
+            prune_views(&mut self.views, &mut self.dead);
+            self.prune_at = 2 * (self.views.len() + self.dead.len());
+            self.note_unusual();
+        }
     }
 
     /// Why the tree can no longer be used, if the driver broke it.
@@ -1199,20 +1248,26 @@ impl GraphHandle {
         }
     }
 
-    /// Wraps a body graph owned by a node of `owner`.
-    pub(crate) fn body(owner: &Arc<GraphHandle>, raw: sys::CUgraph) -> Arc<Self> {
-        Self::node_owned(owner, raw, next_id(), false)
+    /// Wraps a body graph owned by a node of `owner`, whose tree is `tree` (locked).
+    pub(crate) fn body(
+        tree: &mut TreeState,
+        owner: &Arc<GraphHandle>,
+        raw: sys::CUgraph,
+    ) -> Arc<Self> {
+        Self::node_owned(tree, owner, raw, next_id(), false)
     }
 
     /// Wraps a graph owned by a node of `owner` under a known id (another view of a body or of
-    /// an embedded graph, with the id its first view got, so that node tokens carry over).
+    /// an embedded graph, with the id its first view got, so that node tokens carry over), and
+    /// registers it with `tree`, `owner`'s tree, which the caller holds locked.
     pub(crate) fn node_owned(
+        tree: &mut TreeState,
         owner: &Arc<GraphHandle>,
         raw: sys::CUgraph,
         id: u64,
         embedded: bool,
     ) -> Arc<Self> {
-        Arc::new(GraphHandle {
+        let view = Arc::new(GraphHandle {
             ctx: owner.ctx.clone(),
             raw,
             id,
@@ -1220,7 +1275,9 @@ impl GraphHandle {
             embedded,
             tree: TreeLock::new(TreeState::default()),
             disowned: AtomicBool::new(false),
-        })
+        });
+        tree.register_view(&view);
+        view
     }
 
     /// Whether this is the graph a child-graph node runs, seen through the node.
@@ -2159,6 +2216,60 @@ pub(crate) unsafe fn exec_destroy(exec: sys::CUgraphExec) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dead_graphs_are_forgotten_once_no_handle_of_them_is_left() {
+        let mut views: IdMap<u64, Vec<Weak<u32>>> = IdMap::default();
+        let mut dead: IdSet<u64> = IdSet::default();
+        let kept = Arc::new(1);
+        let gone = Arc::new(2);
+        let other = Arc::new(3);
+        views.entry(1).or_default().push(Arc::downgrade(&kept));
+        views.entry(1).or_default().push(Arc::downgrade(&gone));
+        views.entry(2).or_default().push(Arc::downgrade(&gone));
+        views.entry(3).or_default().push(Arc::downgrade(&other));
+        dead.extend([1, 2, 9]);
+        drop(gone);
+        prune_views(&mut views, &mut dead);
+        // Graph 1 still has a live handle: dead, and named. Graph 2's only handle is gone:
+        // forgotten. Graph 3 is alive and named. Graph 9 never had a handle: stays dead.
+        assert_eq!(views[&1].len(), 1);
+        assert!(!views.contains_key(&2));
+        assert!(views.contains_key(&3));
+        let mut left: Vec<u64> = dead.iter().copied().collect();
+        left.sort_unstable();
+        assert_eq!(left, [1, 9]);
+        drop((kept, other));
+        prune_views(&mut views, &mut dead);
+        assert!(views.is_empty());
+        assert_eq!(dead.iter().copied().collect::<Vec<_>>(), [9]);
+    }
+
+    #[test]
+    fn owner_searches_reach_any_depth_and_visit_shared_chunks_once() {
+        // 64 levels, each holding the level below twice (as a chain of clones or embeds shares
+        // its chunks): the value at the bottom is found, and each chunk is looked at once.
+        let bottom: Owner = Arc::new(42u32);
+        let mut level: Owner = Arc::new(vec![bottom.clone()]);
+        for _ in 0..64 {
+            level = Arc::new(vec![level.clone(), Arc::new(0u8) as Owner, level]);
+        }
+        let mut visits = 0;
+        let found = search_owners(std::iter::once(&level), &mut |o| {
+            visits += 1;
+            o.downcast_ref::<u32>() == Some(&42)
+        });
+        assert!(found.is_some_and(|f| Arc::ptr_eq(&f, &bottom)));
+        assert!(visits < 64 * 3 + 4, "{visits} visits");
+        // A predicate that never picks visits everything once and finds nothing.
+        let mut all = 0;
+        assert!(search_owners(std::iter::once(&level), &mut |_| {
+            all += 1;
+            false
+        })
+        .is_none());
+        assert_eq!(all, 1 + 64 * 3 + 1);
+    }
 
     #[test]
     fn kept_sets_report_each_address_once_before_and_after_they_outgrow_their_list() {

@@ -1019,6 +1019,23 @@ fn destroyed_conditional_node_kills_its_bodies(gpu: &Gpu) -> TestResult {
         assert!(matches!(view.nodes(), Err(Error::InvalidArgument(_))));
     }
     assert_eq!(counts(&def)?, (0, 0));
+    // Many more made and destroyed, their views dropped (the crate forgets those graphs once
+    // no view of them is left): the views still held stay refused, and the definition works.
+    for _ in 0..300 {
+        let hk = def.create_conditional_handle(Some(0))?;
+        let (n, b) = def.add_if(&[], &hk)?;
+        b.add_empty(&[])?;
+        def.destroy_node(n)?;
+        assert!(b.add_empty(&[]).is_err());
+    }
+    for view in [&body, &inner_body] {
+        assert!(matches!(
+            view.add_empty(&[]),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    def.add_empty(&[])?;
+    assert_eq!(counts(&def)?, (1, 0));
     Ok(())
 }
 
