@@ -83,18 +83,17 @@ pub(crate) type KeepChunk = Arc<Vec<Arc<dyn Any + Send + Sync>>>;
 /// callback's state, an event, an embedded graph's operands).
 pub(crate) type Owner = Arc<dyn Any + Send + Sync>;
 
-/// Forgets the handles in `views` that are gone, and the graphs none of whose handles is left;
-/// a dead graph (in `dead`) whose handles are all gone leaves `dead` too: nothing can name it
-/// any more (node tokens are checked against a live handle's graph and the node table, which
-/// forgot the dead graph's nodes when it died). Graphs never given a handle through
-/// [`GraphHandle::node_owned`] stay in `dead`.
+/// Forgets the handles in `views` that are gone, and a dead graph (in `dead`) none of whose
+/// handles is left, from both: nothing can name it any more (node tokens are checked against a
+/// live handle's graph and the node table, which forgot the dead graph's nodes when it died).
+/// A graph still alive keeps its entry, empty or not, until it dies: every graph a node owns
+/// gets one when its first handle is made ([`GraphHandle::node_owned`]), so a dead graph with
+/// no entry never had such a handle (a primary capture's graph freed by a failed end) and stays
+/// in `dead`.
 fn prune_views<T>(views: &mut IdMap<u64, Vec<Weak<T>>>, dead: &mut IdSet<u64>) {
     views.retain(|id, handles| {
         handles.retain(|h| h.strong_count() > 0);
-        if handles.is_empty() {
-            dead.remove(id);
-        }
-        !handles.is_empty()
+        !(handles.is_empty() && dead.remove(id))
     });
 }
 
@@ -2235,11 +2234,17 @@ mod tests {
         // forgotten. Graph 3 is alive and named. Graph 9 never had a handle: stays dead.
         assert_eq!(views[&1].len(), 1);
         assert!(!views.contains_key(&2));
-        assert!(views.contains_key(&3));
+        assert_eq!(views[&3].len(), 1);
         let mut left: Vec<u64> = dead.iter().copied().collect();
         left.sort_unstable();
         assert_eq!(left, [1, 9]);
         drop((kept, other));
+        prune_views(&mut views, &mut dead);
+        // Graph 1 goes; graph 3, alive, keeps its (empty) entry until it dies.
+        assert!(!views.contains_key(&1));
+        assert!(views[&3].is_empty());
+        assert_eq!(dead.iter().copied().collect::<Vec<_>>(), [9]);
+        dead.insert(3);
         prune_views(&mut views, &mut dead);
         assert!(views.is_empty());
         assert_eq!(dead.iter().copied().collect::<Vec<_>>(), [9]);
