@@ -259,13 +259,7 @@ fn free_ordered(ctx: Arc<PrimaryContext>, ptr: sys::CUdeviceptr, o: Ordered) {
         let spawned = std::thread::Builder::new()
             .name("cuda-graph-free".into())
             .spawn(move || {
-                if ctx.bind().is_err() {
-                    return;
-                }
-                while !stream.is_idle_of_captures() {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                if super::stream::synchronize(&stream).is_ok() {
+                if super::stream::wait_until_idle(&stream) {
                     // SAFETY: the work queued on the allocation's stream has finished (other
                     // streams are ordered by the user, as for any stream-ordered memory);
                     // `cuMemFree_v2` frees `cuMemAllocAsync` memory without waiting; freed once.

@@ -271,6 +271,40 @@ pub(crate) unsafe fn synchronize_raw(stream: sys::CUstream) -> Result<()> {
     unsafe { drv!(cuStreamSynchronize(stream)) }
 }
 
+/// Blocks until `stream` has run the work queued on it so far, once no capture records on it:
+/// for the fence threads that release what a launch or an allocation used. The check and an
+/// event's record happen under the stream's slot, so a capture another thread begins meanwhile
+/// cannot come between them (`cuStreamSynchronize` on a stream that began capturing would
+/// invalidate that capture and return at once, before the work ran). `false` if the wait could
+/// not be made, and the caller then leaks what it would have released.
+pub(crate) fn wait_until_idle(stream: &StreamHandle) -> bool {
+    if stream.ctx.bind().is_err() {
+        return false;
+    }
+    let Ok(event) = super::event::EventHandle::pooled(&stream.ctx) else {
+        return false;
+    };
+    loop {
+        let slot = stream.slot();
+        if slot.is_none() {
+            match stream.raw_capture_status() {
+                Ok(CaptureStatus::None) => {
+                    // SAFETY: both handles are live and of the stream's context, bound above;
+                    // the stream does not capture (checked under its slot, held across the
+                    // call, which every capture this crate begins takes).
+                    let recorded = unsafe { record_event(event.raw, stream.raw) };
+                    drop(slot);
+                    return recorded.is_ok() && super::event::synchronize(&event).is_ok();
+                }
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        drop(slot);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Records `event` on `stream` after the work queued so far (`cuEventRecord`).
 ///
 /// # Safety

@@ -837,12 +837,14 @@ fn release_when_idle(stream: Stream, job: crate::driver::release::Job) {
     let spawned = std::thread::Builder::new()
         .name("cuda-graph-fence".into())
         .spawn(move || {
-            while stream.is_capturing().unwrap_or(false) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            let _ = stream.synchronize();
-            if let Some(job) = lock(&for_thread).take() {
-                crate::driver::release::later(job);
+            let job = lock(&for_thread).take();
+            if crate::driver::stream::wait_until_idle(&stream.handle) {
+                if let Some(job) = job {
+                    crate::driver::release::later(job);
+                }
+            } else {
+                // Never run early: the launch may still use what the job releases.
+                std::mem::forget(job);
             }
         });
     if spawned.is_err() {

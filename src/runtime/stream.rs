@@ -738,7 +738,12 @@ impl Stream {
             Ok(()) => Ok(()),
             Err((_, job)) => {
                 let waited = driver::stream::synchronize(&self.handle);
-                drop(job);
+                if waited.is_ok() {
+                    drop(job);
+                } else {
+                    // The work may not have run: leak what it uses rather than free it early.
+                    std::mem::forget(job);
+                }
                 waited
             }
         }

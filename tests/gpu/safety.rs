@@ -107,6 +107,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         crate_calls_inside_a_host_callback_are_errors,
     ),
     (
+        "safety::a_graph_dropped_while_its_stream_captures_waits_for_its_launch_beside_a_capture_loop",
+        Needs::Gpu,
+        a_graph_dropped_while_its_stream_captures_waits_for_its_launch_beside_a_capture_loop,
+    ),
+    (
         "safety::one_graph_launched_from_four_threads",
         Needs::Gpu,
         one_graph_launched_from_four_threads,
@@ -903,6 +908,65 @@ fn crate_calls_inside_a_host_callback_are_errors(gpu: &Gpu) -> TestResult {
     assert!(
         eventually(|| watch.is_released()),
         "the graph dropped in the callback is released"
+    );
+    Ok(())
+}
+
+/// A graph dropped while its launch stream captures is released by a fence thread once the
+/// stream is idle. The fence used to check for a capture and then synchronize, unlocked: a
+/// capture begun in between was invalidated, and the graph's operands were released while its
+/// launch still ran. Here the stream begins and ends captures back to back the whole time.
+fn a_graph_dropped_while_its_stream_captures_waits_for_its_launch_beside_a_capture_loop(
+    gpu: &Gpu,
+) -> TestResult {
+    let s = gpu.stream();
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = buf.release_observer();
+    let g = {
+        let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+        // SAFETY: spin(ns) reads the clock; add_one(int*) writes p[0] of the one-int buffer.
+        unsafe {
+            b.launch_unchecked(&gpu.f("spin"), one(), &args![100_000_000u64])?;
+            b.launch_unchecked(&gpu.f("add_one"), one(), &args![&buf])?;
+        }
+        complete(b.end_building()?)?
+    };
+    drop(buf);
+    g.launch(&s)?;
+    let done = gpu.device.create_event()?;
+    s.record(&done)?;
+    // More graphs launched on the stream, each with a fence of its own: more chances to catch
+    // a fence between its check and its wait.
+    let mut others = Vec::new();
+    for _ in 0..40 {
+        let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+        // SAFETY: empty_kernel().
+        unsafe { b.launch_unchecked(&gpu.f("empty_kernel"), one(), &KernelArgs::new())? };
+        let other = complete(b.end_building()?)?;
+        other.launch(&s)?;
+        others.push(other);
+    }
+    let mut b = s.create_graph_builder().begin_building(Relaxed)?;
+    drop(g);
+    drop(others);
+    let start = Instant::now();
+    let mut ends = 0;
+    while start.elapsed() < Duration::from_millis(300) {
+        // SAFETY: empty_kernel().
+        unsafe { b.launch_unchecked(&gpu.f("empty_kernel"), one(), &KernelArgs::new())? };
+        b.end_building()?;
+        ends += 1;
+        assert!(
+            !watch.is_released() || done.is_complete()?,
+            "the graph's buffer was released while its launch ran"
+        );
+        b = s.create_graph_builder().begin_building(Relaxed)?;
+    }
+    b.end_building()?;
+    assert!(ends > 10, "{ends} captures");
+    assert!(
+        eventually(|| watch.is_released()),
+        "released once the launch ran"
     );
     Ok(())
 }
