@@ -225,21 +225,42 @@ impl Drop for StreamHandle {
         if matches!(self.origin, Origin::Borrowed(_)) {
             return;
         }
-        if matches!(self.origin, Origin::Pooled)
-            && matches!(self.raw_capture_status(), Ok(CaptureStatus::None))
-        {
-            let mut pool = self.ctx.pool.lock().unwrap_or_else(|p| p.into_inner());
-            if pool.streams.len() < super::context::POOL_MAX {
-                pool.streams.push(self.raw);
-                return;
+        if matches!(self.origin, Origin::Pooled) {
+            if release::in_host_callback() {
+                // Asking whether it captures is a CUDA call, not made on a host callback's
+                // thread: the release thread decides.
+                let (ctx, raw) = (self.ctx.clone(), self.raw as usize);
+                release::later(Box::new(move || retire_pooled(&ctx, raw as sys::CUstream)));
+            } else {
+                retire_pooled(&self.ctx, self.raw);
             }
+            return;
         }
-        // SAFETY: created in `new`, destroyed exactly once, here; the driver lets pending work
-        // finish first.
-        release::destroy_in(&self.ctx, self.raw, |raw| unsafe {
-            drv_drop!(cuStreamDestroy_v2(raw))
-        });
+        destroy_stream(&self.ctx, self.raw);
     }
+}
+
+/// A pooled stream whose last handle went: back to the pool if no capture is left on it and
+/// the pool has room, destroyed otherwise.
+fn retire_pooled(ctx: &Arc<PrimaryContext>, raw: sys::CUstream) {
+    // SAFETY: `raw` is a live stream of `ctx`, owned by the handle that was just dropped.
+    if matches!(unsafe { capture_status_of(raw) }, Ok(CaptureStatus::None)) {
+        let mut pool = ctx.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.streams.len() < super::context::POOL_MAX {
+            pool.streams.push(raw);
+            return;
+        }
+    }
+    destroy_stream(ctx, raw);
+}
+
+/// Destroys a stream this crate created, once (see `release::destroy_in`).
+fn destroy_stream(ctx: &Arc<PrimaryContext>, raw: sys::CUstream) {
+    // SAFETY: created by this crate, destroyed exactly once, here; the driver lets pending
+    // work finish first.
+    release::destroy_in(ctx, raw, |raw| unsafe {
+        drv_drop!(cuStreamDestroy_v2(raw))
+    });
 }
 
 /// Whether `stream` is capturing (`cuStreamIsCapturing`), for a stream this crate may hold no
