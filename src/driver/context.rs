@@ -169,6 +169,7 @@ unsafe impl Sync for PrimaryContext {}
 
 impl PrimaryContext {
     pub(crate) fn retain(ordinal: usize, device: sys::CUdevice) -> Result<Arc<Self>> {
+        refuse_in_host_callback()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `device` came from `cuDeviceGet`; `raw` is a valid out pointer.
         unsafe { drv!(cuDevicePrimaryCtxRetain(&mut raw, device)) }?;
@@ -295,25 +296,55 @@ pub(crate) fn refuse_in_host_callback() -> Result<()> {
 
 impl Drop for PrimaryContext {
     fn drop(&mut self) {
+        // Destroyed as every other handle is: now, or on the release thread when this runs in a
+        // host callback (no CUDA call there) or while a `Global` capture records (destroying a
+        // stream then would invalidate it).
         let pool = std::mem::take(self.pool.get_mut().unwrap_or_else(|p| p.into_inner()));
-        if (!pool.streams.is_empty() || !pool.events.is_empty()) && self.bind().is_ok() {
-            for s in pool.streams {
-                // SAFETY: an idle pooled stream, owned by the pool alone, destroyed once, here.
-                unsafe { drv_drop!(cuStreamDestroy_v2(s)) };
+        let left = Retired {
+            raw: self.raw as usize,
+            device: self.device,
+            streams: pool.streams.into_iter().map(|s| s as usize).collect(),
+            events: pool.events.into_iter().map(|e| e as usize).collect(),
+            setup: self.setup.take().map(|SetupStream(s)| s as usize),
+        };
+        super::release::destroy(move || left.destroy());
+    }
+}
+
+/// What a dropped [`PrimaryContext`] leaves to destroy: its idle pooled streams and events, its
+/// setup stream, and its retain of the primary context (handles as addresses, to be sent).
+struct Retired {
+    raw: usize,
+    device: sys::CUdevice,
+    streams: Vec<usize>,
+    events: Vec<usize>,
+    setup: Option<usize>,
+}
+
+impl Retired {
+    fn destroy(self) {
+        let raw = self.raw as sys::CUcontext;
+        let owned = !self.streams.is_empty() || !self.events.is_empty() || self.setup.is_some();
+        // SAFETY: `raw` is the primary context, still retained (released below).
+        if owned && unsafe { drv!(cuCtxSetCurrent(raw)) }.is_ok() {
+            BOUND.with(|b| b.set(self.raw));
+            for s in self.streams.into_iter().chain(self.setup) {
+                // SAFETY: an idle pooled stream, or the setup stream, owned by the dropped
+                // context alone, destroyed once, here, while the context is still retained.
+                unsafe { drv_drop!(cuStreamDestroy_v2(s as sys::CUstream)) };
             }
-            for e in pool.events {
+            for e in self.events {
                 // SAFETY: an idle pooled event, owned by the pool alone, destroyed once, here.
-                unsafe { drv_drop!(cuEventDestroy_v2(e)) };
-            }
-        }
-        if let Some(SetupStream(s)) = self.setup.take() {
-            // SAFETY: created in `setup_stream`, destroyed once, here, while the context is
-            // still retained.
-            if self.bind().is_ok() {
-                unsafe { drv_drop!(cuStreamDestroy_v2(s)) };
+                unsafe { drv_drop!(cuEventDestroy_v2(e as sys::CUevent)) };
             }
         }
         // SAFETY: the context was retained once in `retain`; this is the matching release.
         unsafe { drv_drop!(cuDevicePrimaryCtxRelease_v2(self.device)) };
+        // The note would name a context that may now be gone: the next bind asks the driver.
+        BOUND.with(|b| {
+            if b.get() == self.raw {
+                b.set(0);
+            }
+        });
     }
 }

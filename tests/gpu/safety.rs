@@ -879,11 +879,17 @@ fn crate_calls_inside_a_host_callback_are_errors(gpu: &Gpu) -> TestResult {
     let s = gpu.stream();
     inner.launch(&s)?;
     let holder = Arc::new(std::sync::Mutex::new(Some(inner)));
+    // A device of its own (its own retain of the context, its own setup stream), whose last
+    // handle the callback drops: destroyed on the release thread, not on the driver's.
+    let spare = Device::new(gpu.device.ordinal())?;
+    drop(spare.alloc_zeroed::<u8>(1)?);
+    let spare = Arc::new(std::sync::Mutex::new(Some(spare)));
     let (tx, rx) = mpsc::channel();
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let def = Arc::new(GraphDefinition::new(&gpu.device)?);
     {
         let (holder, s, tx, def) = (holder.clone(), s.clone(), tx.clone(), def.clone());
+        let spare = spare.clone();
         b.add_host_callback(move || {
             drop(holder.lock().unwrap_or_else(|p| p.into_inner()).take());
             let _ = tx.send(format!("{:?}", s.synchronize()));
@@ -891,6 +897,9 @@ fn crate_calls_inside_a_host_callback_are_errors(gpu: &Gpu) -> TestResult {
             let far = MemAllocOptions::new().on_device(99);
             let made = def.add_mem_alloc_with(&[], 1024, &far).map(|_| ());
             let _ = tx.send(format!("{made:?}"));
+            let _ = tx.send(format!("{:?}", Device::count()));
+            let _ = tx.send(format!("{:?}", Device::new(0).map(|_| ())));
+            drop(spare.lock().unwrap_or_else(|p| p.into_inner()).take());
         })?;
     }
     let outer = complete(b.end_building()?)?;
@@ -899,10 +908,11 @@ fn crate_calls_inside_a_host_callback_are_errors(gpu: &Gpu) -> TestResult {
         outer.launch(&s2).map_err(|e| e.to_string())?;
         s2.synchronize().map_err(|e| e.to_string())
     })?;
-    for _ in 0..2 {
+    for _ in 0..4 {
         let said = rx.recv_timeout(Duration::from_secs(10))?;
         assert!(said.contains("inside a host callback"), "{said}");
     }
+    assert!(spare.lock().unwrap_or_else(|p| p.into_inner()).is_none());
     assert!(def.nodes()?.is_empty(), "nothing was added");
     assert!(holder.lock().unwrap_or_else(|p| p.into_inner()).is_none());
     assert!(
