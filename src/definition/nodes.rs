@@ -1049,8 +1049,6 @@ impl GraphDefinition {
         options: &MemAllocOptions,
     ) -> Result<(MemAllocNode, GraphAllocation)> {
         check_alloc_size(bytes)?;
-        // Before the device queries below: no CUDA call on a host callback's thread.
-        driver::context::refuse_in_host_callback()?;
         let ctx = &self.handle().ctx;
         let devices = driver::device::count()?.max(0) as usize;
         let exists = |ordinal: usize, what: &str| -> Result<sys::CUdevice> {

@@ -1,4 +1,8 @@
 //! Device queries: count, ordinals, name, attributes, memory, the graph memory pool.
+//!
+//! The queries that take no context (count, ordinals, peer access, name, attributes) refuse a
+//! host callback's thread themselves (`refuse_in_host_callback`): the others bind a context,
+//! which refuses it.
 
 use std::ffi::c_char;
 
@@ -9,7 +13,6 @@ use crate::error::Result;
 
 /// The number of CUDA devices (`cuDeviceGetCount`).
 pub(crate) fn count() -> Result<i32> {
-    // No context to bind, so the host-callback refusal that binding makes is made here.
     super::context::refuse_in_host_callback()?;
     let mut n = 0;
     // SAFETY: `drv!` loads and initialises the driver first; `n` is a valid out pointer.
@@ -19,7 +22,6 @@ pub(crate) fn count() -> Result<i32> {
 
 /// The device with ordinal `ordinal` (`cuDeviceGet`); the driver refuses an ordinal out of range.
 pub(crate) fn get(ordinal: i32) -> Result<sys::CUdevice> {
-    // No context to bind, so the host-callback refusal that binding makes is made here.
     super::context::refuse_in_host_callback()?;
     let mut dev = 0;
     // SAFETY: `dev` is a valid out pointer; any ordinal is checked by the driver.
@@ -29,7 +31,6 @@ pub(crate) fn get(ordinal: i32) -> Result<sys::CUdevice> {
 
 /// Whether device `device` can access memory of device `peer` (`cuDeviceCanAccessPeer`).
 pub(crate) fn can_access_peer(device: sys::CUdevice, peer: sys::CUdevice) -> Result<bool> {
-    // No context to bind, so the host-callback refusal that binding makes is made here.
     super::context::refuse_in_host_callback()?;
     let mut can = 0;
     // SAFETY: both came from `cuDeviceGet`; `can` is a valid out pointer.
@@ -39,7 +40,6 @@ pub(crate) fn can_access_peer(device: sys::CUdevice, peer: sys::CUdevice) -> Res
 
 /// Writes the device's name into `buf`, NUL-terminated, truncated to fit (`cuDeviceGetName`).
 pub(crate) fn name(buf: &mut [c_char], device: sys::CUdevice) -> Result<()> {
-    // No context to bind, so the host-callback refusal that binding makes is made here.
     super::context::refuse_in_host_callback()?;
     // SAFETY: `buf` holds `buf.len()` bytes and the driver writes at most `len` including the NUL.
     unsafe { drv!(cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, device)) }
@@ -47,7 +47,6 @@ pub(crate) fn name(buf: &mut [c_char], device: sys::CUdevice) -> Result<()> {
 
 /// A device attribute (`cuDeviceGetAttribute`).
 pub(crate) fn attribute(attr: sys::CUdevice_attribute, device: sys::CUdevice) -> Result<i32> {
-    // No context to bind, so the host-callback refusal that binding makes is made here.
     super::context::refuse_in_host_callback()?;
     let mut v = 0;
     // SAFETY: `v` is a valid out pointer; `attr` is a valid attribute (a value of the enum).

@@ -195,6 +195,19 @@ fn within<T: Send + 'static>(
     }
 }
 
+/// Launches `graph` on `stream` and waits for it on a thread, failing if that does not finish
+/// within 20 s (a callback in the graph that hangs becomes a failure).
+fn launch_within(
+    what: &str,
+    graph: Graph,
+    stream: Stream,
+) -> Result<(), Box<dyn std::error::Error>> {
+    within(20, what, move || {
+        graph.launch(&stream).map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(|e| e.to_string())
+    })
+}
+
 fn complete(b: GraphBuilder<Primary, Ended>) -> cuda_graph::Result<Graph> {
     b.instantiate()
 }
@@ -903,11 +916,7 @@ fn crate_calls_inside_a_host_callback_are_errors(gpu: &Gpu) -> TestResult {
         })?;
     }
     let outer = complete(b.end_building()?)?;
-    let s2 = s.clone();
-    within(20, "a callback calling into the crate", move || {
-        outer.launch(&s2).map_err(|e| e.to_string())?;
-        s2.synchronize().map_err(|e| e.to_string())
-    })?;
+    launch_within("a callback calling into the crate", outer, s.clone())?;
     for _ in 0..4 {
         let said = rx.recv_timeout(Duration::from_secs(10))?;
         assert!(said.contains("inside a host callback"), "{said}");
@@ -1002,11 +1011,11 @@ fn a_builders_launch_inside_a_host_callback_is_an_error(gpu: &Gpu) -> TestResult
         })?;
         complete(b.end_building()?)?
     };
-    let s = gpu.device.create_stream()?;
-    within(20, "a callback launching through a builder", move || {
-        outer.launch(&s).map_err(|e| e.to_string())?;
-        s.synchronize().map_err(|e| e.to_string())
-    })?;
+    launch_within(
+        "a callback launching through a builder",
+        outer,
+        gpu.device.create_stream()?,
+    )?;
     let said = rx.recv_timeout(Duration::from_secs(10))?;
     assert!(said.contains("inside a host callback"), "{said}");
     // The callback's state (holding a reference) goes with its exec, on the release thread.
@@ -1055,11 +1064,11 @@ fn a_relaxed_builder_dropped_in_a_host_callback_ends_its_capture(gpu: &Gpu) -> T
             })?;
             complete(o.end_building()?)?
         };
-        let launcher = gpu.device.create_stream()?;
-        within(20, "a callback dropping a capturing builder", move || {
-            outer.launch(&launcher).map_err(|e| e.to_string())?;
-            launcher.synchronize().map_err(|e| e.to_string())
-        })?;
+        launch_within(
+            "a callback dropping a capturing builder",
+            outer,
+            gpu.device.create_stream()?,
+        )?;
         let said = rx.recv_timeout(Duration::from_secs(10))?;
         if end_it {
             assert!(said.contains("host callback"), "{said}");
