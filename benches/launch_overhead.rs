@@ -20,7 +20,8 @@ struct Setup {
 
 fn setup() -> cuda_graph::Result<Setup> {
     let device = Device::new(0)?;
-    let module = device.load_module(KERNELS)?;
+    // SAFETY: the fatbin nvcc built from the crate's kernels (tests/kernels), unmodified.
+    let module = unsafe { device.load_module(KERNELS)? };
     let empty = module.function("empty_kernel")?;
     let stream = device.create_stream()?;
     let mut graphs = Vec::new();

@@ -94,7 +94,8 @@ fn run() -> Result<Option<String>, Box<dyn Error>> {
     if let Some(reason) = cublas_missing() {
         return Ok(Some(reason));
     }
-    let module = device.load_module(KERNELS)?;
+    // SAFETY: the fatbin nvcc built from the crate's kernels (tests/kernels), unmodified.
+    let module = unsafe { device.load_module(KERNELS)? };
     // SAFETY: the kernels' parameter lists (tests/kernels/kernels.cu); neither touches an
     // element past the lengths it is given.
     let (copy, heat_step) = unsafe {

@@ -126,7 +126,8 @@ fn run() -> cuda_graph::Result<()> {
         None => 2000,
     };
     let device = Device::new(0)?;
-    let module = device.load_module(KERNELS)?;
+    // SAFETY: the fatbin nvcc built from the crate's kernels (tests/kernels), unmodified.
+    let module = unsafe { device.load_module(KERNELS)? };
     // SAFETY: add_one's parameter list; it touches p[0] only, and no buffer is empty.
     let add_one: AddOne = unsafe { module.kernel("add_one")? };
     // Warm up both paths, then time each twice, interleaved, keeping the faster run of each.

@@ -14,7 +14,8 @@ const N: usize = 1 << 20;
 
 fn run() -> cuda_graph::Result<()> {
     let device = Device::new(0)?;
-    let module = device.load_module(KERNELS)?;
+    // SAFETY: the fatbin nvcc built from the crate's kernels (tests/kernels), unmodified.
+    let module = unsafe { device.load_module(KERNELS)? };
     // SAFETY: the kernels' parameter lists; `fill_slice` writes p.ptr[i] for i < p.len only,
     // `add_one` p[0] only.
     let (fill, add_one) = unsafe {

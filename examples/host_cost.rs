@@ -22,7 +22,8 @@ const KERNELS: &[u8] = include_bytes!("../tests/kernels/kernels.fatbin");
 
 fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
     let device = Device::new(0)?;
-    let module = device.load_module(KERNELS)?;
+    // SAFETY: the fatbin nvcc built from the crate's kernels (tests/kernels), unmodified.
+    let module = unsafe { device.load_module(KERNELS)? };
     let f = module.function("empty_kernel")?;
     let buf = device.alloc_zeroed::<i32>(64)?;
     // The arguments are built per launch or node, as a caller usually does.

@@ -410,7 +410,8 @@ struct CrateSide {
 
 impl CrateSide {
     fn new(device: Device) -> cuda_graph::Result<CrateSide> {
-        let module = device.load_module(KERNELS)?;
+        // SAFETY: the fatbin nvcc built from the crate's kernels (tests/kernels), unmodified.
+        let module = unsafe { device.load_module(KERNELS)? };
         Ok(CrateSide {
             add_one: module.function("add_one")?,
             add_one_at: module.function("add_one_at")?,

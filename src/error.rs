@@ -554,7 +554,7 @@ impl Error {
     /// # use cuda_graph::prelude::*;
     /// # use cuda_graph::*;
     /// # fn f(device: &Device) -> cuda_graph::Result<()> {
-    /// if let Err(e) = device.load_module(b"not an image\0") {
+    /// if let Err(e) = device.load_ptx("not PTX") {
     ///     if let Some(d) = e.driver_error() {
     ///         println!("{} returned {}", d.call(), d.name());
     ///     }
@@ -575,7 +575,7 @@ impl Error {
     /// # use cuda_graph::prelude::*;
     /// # use cuda_graph::*;
     /// # fn f(device: &Device) -> cuda_graph::Result<()> {
-    /// match device.load_module(b"not an image\0") {
+    /// match device.load_ptx("not PTX") {
     ///     Err(e) => println!("CUresult {:?}", e.code()),
     ///     Ok(_) => {}
     /// }

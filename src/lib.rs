@@ -41,7 +41,9 @@
 //! # fn main() -> cuda_graph::Result<()> {
 //! let device = Device::new(0)?;
 //! # let fatbin: &[u8] = &[];
-//! let module = device.load_module(fatbin)?;
+//! // SAFETY: `fatbin` is the image nvcc built for this program, unmodified (a corrupt binary
+//! // image can crash the driver itself; PTX text loads safely with `load_ptx`).
+//! let module = unsafe { device.load_module(fatbin)? };
 //! // SAFETY: `add_one(int* p)` increments p[0]: its parameter list, within any buffer.
 //! let add_one = unsafe { module.kernel::<(*mut i32,)>("add_one")? };
 //! let counter = device.alloc_zeroed::<i32>(1)?;

@@ -65,7 +65,7 @@ use self::core::Core;
 /// use cuda_graph::prelude::*;
 /// # fn main() -> cuda_graph::Result<()> {
 /// # let device = Device::new(0)?;
-/// # let module = device.load_module(&[])?;
+/// # let module = device.load_ptx("")?;
 /// let add_one = module.function("add_one")?;
 /// let counter = device.alloc_zeroed::<i32>(1)?;
 ///

@@ -77,7 +77,7 @@ pub use typed::{
 /// use cuda_graph::prelude::*;
 /// # fn main() -> cuda_graph::Result<()> {
 /// # let device = Device::new(0)?;
-/// # let module = device.load_module(&[])?;
+/// # let module = device.load_ptx("")?;
 /// let affine = module.function("affine")?; // p[0] = p[0] * m + b
 /// let value = device.alloc_zeroed::<i32>(1)?;
 ///

@@ -249,27 +249,73 @@ impl Device {
         Ok(buf)
     }
 
-    /// Loads a module from a cubin, fatbin or PTX image.
+    /// Loads a module from PTX text: the driver compiles it for this device (its JIT compiler),
+    /// and the kernels it declares are then [`Module::function`]s.
     ///
-    /// The image is checked before the driver sees it, since the driver takes no length: an
-    /// empty image, or a cubin (ELF64) or fatbin whose headers, sections, segments or entries
-    /// lie past the end of `image` (or are malformed), is an [`Error::InvalidArgument`] naming
-    /// what is wrong; an uncompressed cubin inside a fatbin is checked the same way. Anything
-    /// else that is neither ELF nor fatbin is passed as PTX text (NUL-terminated for the driver),
-    /// so a bad image gives the driver's error, e.g.
-    /// `cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation failed`.
+    /// This is the safe way to load code built elsewhere. The driver's PTX path reads text up to
+    /// its end and reports what it cannot compile as an error: fuzzing it with thousands of
+    /// truncated and byte-changed PTX files gave errors or modules, never a crash (see
+    /// `docs/DESIGN.md`, "Module images"; `examples/ptx_fuzz.rs` repeats the run). Text with a
+    /// NUL or a control character other than tabs, line ends and form feeds is an
+    /// [`Error::InvalidArgument`] before the driver sees it; PTX the driver refuses is its error,
+    /// e.g. `cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation
+    /// failed`. PTX made by a newer toolkit than the driver is refused that way too: ship PTX
+    /// from a toolkit no newer than the oldest driver you support, or compile at run time
+    /// ([`compile`](Self::compile)).
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// # use cuda_graph::*;
     /// # fn f(device: &Device) -> cuda_graph::Result<()> {
-    /// let image = std::fs::read("kernels.fatbin").map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    /// let module = device.load_module(&image)?;
-    /// let k = module.function("add_one")?;
-    /// # let _ = k;
+    /// # let ptx = String::new();
+    /// // `ptx`: text read from a file, received from a user, or made by a compiler.
+    /// let module = device.load_ptx(&ptx)?;
+    /// let add_one = module.function("add_one")?;
+    /// # let _ = add_one;
     /// # Ok(()) }
     /// ```
-    pub fn load_module(&self, image: &[u8]) -> Result<Module> {
+    pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
+        if let Some(at) = ptx.find('\0') {
+            return Err(Error::InvalidArgument(format!(
+                "the PTX text holds a NUL at offset {at}: the driver would stop reading there"
+            )));
+        }
+        super::image::check_ptx_text(ptx.as_bytes())?;
+        // SAFETY: the image is PTX text (checked above), which the driver compiles and whose
+        // errors it reports, whatever the text says (fuzzed: see `docs/DESIGN.md`).
+        unsafe { self.load_module(ptx.as_bytes()) }
+    }
+
+    /// Loads a module from a binary image (a cubin or fatbin) or PTX text.
+    ///
+    /// # Safety
+    /// The driver parses a binary image far beyond any container check and crashes the process
+    /// on some corrupt ones (a fatbin with one byte changed dies with `SIGSEGV` inside
+    /// `cuModuleLoadData`, with or without this crate). So the caller promises that `image` is
+    /// what a CUDA tool made, unmodified: a cubin or fatbin produced by nvcc, ptxas, nvlink,
+    /// nvJitLink or NVRTC (for example read from a file your build wrote, or
+    /// `include_bytes!`'d), or PTX text. Any bytes from elsewhere (downloaded, user-supplied,
+    /// possibly truncated) must not be passed here; PTX from elsewhere goes through the safe
+    /// [`load_ptx`](Self::load_ptx).
+    ///
+    /// The image is still checked before the driver sees it, as defence in depth and for clear
+    /// errors, not as a guarantee: an empty image, or a cubin (ELF64) or fatbin whose headers,
+    /// sections, segments, symbol or relocation tables or entries lie past the end of `image`
+    /// (or are malformed), is an [`Error::InvalidArgument`] naming what is wrong; an
+    /// uncompressed cubin inside a fatbin is checked the same way. Anything else that is neither
+    /// ELF nor fatbin must be PTX text, passed NUL-terminated to the driver.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// # const KERNELS: &[u8] = &[];
+    /// // KERNELS: `include_bytes!("../kernels/kernels.fatbin")`, which nvcc wrote at build time.
+    /// // SAFETY: a fatbin nvcc made, unmodified.
+    /// let module = unsafe { device.load_module(KERNELS)? };
+    /// let add_one = module.function("add_one")?;
+    /// # let _ = add_one;
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn load_module(&self, image: &[u8]) -> Result<Module> {
         let aligned = super::image::prepare_image(image)?;
         // `aligned` is a u64 buffer, so the image is 8-byte aligned as fatbins require.
         // SAFETY: reinterpreting `[u64]` as bytes is always valid.
@@ -322,7 +368,8 @@ impl Device {
         let mut opts = vec![format!("-arch=sm_{major}{minor}")];
         opts.extend(options.iter().map(|o| o.to_string()));
         let cubin = driver::nvrtc::compile_cubin(source, "cuda_graph.cu", &opts)?;
-        self.load_module(&cubin)
+        // SAFETY: NVRTC made this cubin for this device, just now, and nothing changed it.
+        unsafe { self.load_module(&cubin) }
     }
 
     /// The device's free and total memory in bytes (`cuMemGetInfo`), as the driver sees it now.

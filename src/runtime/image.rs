@@ -77,6 +77,11 @@ fn validate(image: &[u8]) -> Result<()> {
     }
 }
 
+/// [`check_ptx`] as the crate's error, for PTX text handed in as such (`Device::load_ptx`).
+pub(crate) fn check_ptx_text(text: &[u8]) -> Result<()> {
+    check_ptx(text).map_err(|m| Error::InvalidArgument(format!("the PTX text is not text: {m}")))
+}
+
 /// PTX is text: up to its first NUL (where the driver stops reading), UTF-8 with no control
 /// characters but tabs and line ends. Anything else is some binary format the driver might
 /// parse without a length.

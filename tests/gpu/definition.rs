@@ -1334,7 +1334,8 @@ fn exec_runs_after_definition_and_operands_are_dropped(gpu: &Gpu) -> TestResult 
 }
 
 fn operands_released_after_last_definition_and_exec(gpu: &Gpu) -> TestResult {
-    let module = gpu.device.load_module(KERNELS)?; // a module of its own, to watch it unload
+    // SAFETY: the fatbin nvcc built from the crate's kernels (tests/kernels), unmodified.
+    let module = unsafe { gpu.device.load_module(KERNELS)? }; // a module of its own, to watch it unload
     let add_one = module.function("add_one")?;
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let event = gpu.device.create_event()?;

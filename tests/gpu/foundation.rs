@@ -28,6 +28,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         bad_module_image_gives_the_driver_error,
     ),
     (
+        "foundation::ptx_text_loads_safely_and_runs",
+        Needs::Gpu,
+        ptx_text_loads_safely_and_runs,
+    ),
+    (
         "foundation::stream_event_ordering_across_two_streams",
         Needs::Gpu,
         stream_event_ordering_across_two_streams,
@@ -178,7 +183,7 @@ fn module_load_and_add_one_launch(gpu: &Gpu) -> TestResult {
 fn bad_module_image_gives_the_driver_error(gpu: &Gpu) -> TestResult {
     let err = gpu
         .device
-        .load_module(b"this is not a module image")
+        .load_ptx("this is not PTX")
         .expect_err("garbage must not load");
     let msg = err.to_string();
     println!("{msg}");
@@ -191,16 +196,55 @@ fn bad_module_image_gives_the_driver_error(gpu: &Gpu) -> TestResult {
         code == 218 || code == 200,
         "INVALID_PTX or INVALID_IMAGE, got {code}"
     );
-    // Truncated fatbin: refused before the driver reads past the end.
+    // Text the driver would read differently from the caller: refused before it.
+    for bad in ["store7\0 trailing", "\x01binary", "\x7fELF"] {
+        assert!(
+            matches!(gpu.device.load_ptx(bad), Err(Error::InvalidArgument(_))),
+            "{bad:?} must be refused"
+        );
+    }
+    // Truncated fatbin: refused by the container check before the driver reads past the end.
     let kernels = crate::support::KERNELS;
+    // SAFETY: refused before the driver sees it (the check this test pins); never loaded.
     assert!(matches!(
-        gpu.device.load_module(&kernels[..100]),
+        unsafe { gpu.device.load_module(&kernels[..100]) },
         Err(Error::InvalidArgument(_))
     ));
+    // SAFETY: as above.
     assert!(matches!(
-        gpu.device.load_module(&[]),
+        unsafe { gpu.device.load_module(&[]) },
         Err(Error::InvalidArgument(_))
     ));
+    Ok(())
+}
+
+/// A kernel in hand-written PTX (ISA 7.0, any GPU from sm_52: every supported driver JITs it):
+/// `store7(int* p)` sets `p[0] = 7`.
+const STORE7_PTX: &str = r#"
+.version 7.0
+.target sm_52
+.address_size 64
+.visible .entry store7(.param .u64 p)
+{
+    .reg .b64 %rd<3>;
+    .reg .b32 %r<2>;
+    ld.param.u64 %rd1, [p];
+    cvta.to.global.u64 %rd2, %rd1;
+    mov.u32 %r1, 7;
+    st.global.u32 [%rd2], %r1;
+    ret;
+}
+"#;
+
+fn ptx_text_loads_safely_and_runs(gpu: &Gpu) -> TestResult {
+    let module = gpu.device.load_ptx(STORE7_PTX)?;
+    // SAFETY: store7's parameter list is one `int*`.
+    let store7 = unsafe { module.kernel::<(*mut i32,)>("store7")? };
+    let out = gpu.device.alloc_zeroed::<i32>(1)?;
+    let stream = gpu.device.create_stream()?;
+    stream.launch(&store7, LaunchConfig::single(), &out)?;
+    stream.synchronize()?;
+    assert_eq!(out.to_vec()?, [7]);
     Ok(())
 }
 

@@ -1324,7 +1324,8 @@ pub fn child(what: &str) -> i32 {
     }
     let run = || -> cuda_graph::Result<()> {
         let device = Device::new(0)?;
-        let module = device.load_module(crate::support::KERNELS)?;
+        // SAFETY: the fatbin nvcc built from the crate's kernels (tests/kernels), unmodified.
+        let module = unsafe { device.load_module(crate::support::KERNELS)? };
         let add_one = module.function("add_one")?;
         let buf = device.alloc_zeroed::<i32>(1)?;
         let relaxed = device.create_graph_builder()?.begin_building(Relaxed)?;

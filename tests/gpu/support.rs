@@ -40,8 +40,8 @@ pub fn open() -> Result<Gpu, String> {
     };
     // A device that cannot load the kernels is a failure, not a skip (e.g. a context left broken
     // by an earlier test): panic so the test fails.
-    let module = device
-        .load_module(KERNELS)
+    // SAFETY: the fatbin nvcc built from tests/kernels/kernels.cu, unmodified.
+    let module = unsafe { device.load_module(KERNELS) }
         .unwrap_or_else(|e| panic!("the test kernels do not load: {e}"));
     Ok(Gpu { device, module })
 }
