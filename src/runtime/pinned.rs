@@ -201,9 +201,12 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         let mut copies = lock(&self.copies);
         match done {
             Ok(event) => {
-                copies
-                    .pending
-                    .retain(|(s, _)| !std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream)));
+                // Copies that have finished are forgotten here, not only by a wait: a buffer
+                // copied on many streams keeps only what may still run.
+                copies.pending.retain(|(s, e)| {
+                    !std::ptr::eq(s.as_ptr(), Arc::as_ptr(stream))
+                        && driver::event::query(e).is_err()
+                });
                 copies.pending.push((Arc::downgrade(stream), event));
             }
             Err(_) => copies.untracked = true,
@@ -211,7 +214,6 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
     }
 }
 
-/// Waits for every pending copy; forgets the ones finished.
 fn wait(copies: &mut Copies) -> Result<()> {
     if copies.untracked {
         return Err(Error::InvalidArgument(
@@ -228,10 +230,21 @@ fn wait(copies: &mut Copies) -> Result<()> {
 
 impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
-        let copies = self.copies.get_mut().unwrap_or_else(|p| p.into_inner());
-        if wait(copies).is_err() {
+        let mut copies = std::mem::take(self.copies.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let alloc = self.alloc.take();
+        if crate::driver::release::in_host_callback() {
+            // No wait here (the driver's thread may not call CUDA): the release thread waits for
+            // the copies and then frees the memory, as it releases every other handle.
+            crate::driver::release::later(Box::new(move || {
+                if wait(&mut copies).is_ok() {
+                    drop(alloc);
+                } else {
+                    std::mem::forget(alloc);
+                }
+            }));
+        } else if wait(&mut copies).is_err() {
             // A copy may still use the memory: leak it rather than free it.
-            std::mem::forget(self.alloc.take());
+            std::mem::forget(alloc);
         }
     }
 }

@@ -49,6 +49,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     ),
     ("memory::pinned_round_trip", Needs::Gpu, pinned_round_trip),
     (
+        "memory::a_pinned_buffer_dropped_in_a_host_callback_is_freed",
+        Needs::Gpu,
+        a_pinned_buffer_dropped_in_a_host_callback_is_freed,
+    ),
+    (
         "memory::pinned_copies_are_refused_in_a_capture",
         Needs::Gpu,
         pinned_copies_are_refused_in_a_capture,
@@ -559,5 +564,69 @@ fn graphs_wait_for_the_stream_ordered_memory_they_use(gpu: &Gpu) -> TestResult {
         [9; 4],
         "the updated exec ran before the allocation's zeroing"
     );
+    Ok(())
+}
+
+/// Whether `ptr` is page-locked memory the driver still knows (`cuMemHostGetFlags`): `false`
+/// once it was freed.
+fn is_pinned(gpu: &Gpu, ptr: *const u8) -> bool {
+    use cudarc::driver::sys;
+    let _ = gpu.device.memory_info(); // makes the device's context current on this thread
+    let mut flags = 0u32;
+    // SAFETY: a query about an address; `flags` is a valid out pointer.
+    let r = unsafe { sys::cuMemHostGetFlags(&mut flags, ptr as *mut std::ffi::c_void) };
+    r == sys::CUresult::CUDA_SUCCESS
+}
+
+/// A 256 MiB pinned buffer dropped inside a host callback is freed: both when its copy finished
+/// long before (it was leaked: the drop's wait is refused there) and while one is pending (freed
+/// only after that copy, which reads what the buffer held).
+fn a_pinned_buffer_dropped_in_a_host_callback_is_freed(gpu: &Gpu) -> TestResult {
+    const LEN: usize = 256 << 20;
+    for pending in [false, true] {
+        let s = gpu.device.create_stream()?;
+        let mut host = gpu.device.alloc_pinned::<u8>(LEN)?;
+        host.as_mut_slice()?.fill(3);
+        let ptr = host.as_slice()?.as_ptr();
+        assert!(is_pinned(gpu, ptr));
+        let dev = gpu.device.alloc_zeroed::<u8>(LEN)?;
+        if pending {
+            // SAFETY: spin(ns) only reads the clock.
+            unsafe { s.launch_unchecked(&gpu.f("spin"), one(), &args![300_000_000u64])? };
+        }
+        s.memcpy_htod_async(&dev, &host)?;
+        if !pending {
+            s.synchronize()?;
+        }
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Some(host)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let graph = {
+            let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+            let held = held.clone();
+            b.add_host_callback(move || {
+                drop(held.lock().ok().and_then(|mut h| h.take()));
+                let _ = tx.send(());
+            })?;
+            b.end_building()?.instantiate()?
+        };
+        let other = gpu.device.create_stream()?;
+        graph.launch(&other)?;
+        other.synchronize()?;
+        rx.recv_timeout(std::time::Duration::from_secs(10))?;
+        if pending {
+            // The copy behind the 300 ms spin still reads it.
+            assert!(is_pinned(gpu, ptr), "freed while its copy was pending");
+        }
+        assert!(
+            eventually(|| !is_pinned(gpu, ptr)),
+            "the buffer dropped in a callback is freed (copy pending: {pending})"
+        );
+        s.synchronize()?;
+        let back = dev.to_vec()?;
+        assert!(
+            back.iter().all(|&b| b == 3),
+            "the copy read the buffer's bytes"
+        );
+    }
     Ok(())
 }
