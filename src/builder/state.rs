@@ -137,6 +137,14 @@ pub trait CaptureMode: sealed::Sealed + sealed::RawMode + Copy + Default + 'stat
 
 /// `CU_STREAM_CAPTURE_MODE_GLOBAL`: while capturing, potentially unsafe API calls from any thread
 /// (e.g. a synchronous copy) invalidate the capture. The builder must stay on its thread.
+///
+/// A capturing `Global` builder that is leaked (`std::mem::forget`, or a reference cycle) never
+/// ends its capture, and CUDA keeps refusing potentially unsafe calls — `cuMemAlloc`,
+/// synchronous copies, module loads — from every thread of the process for as long as it runs,
+/// like a lock guard that was forgotten. That is CUDA's rule, not undefined behaviour: the
+/// calls fail with an error. Prefer [`ThreadLocal`] (only the capturing thread is restricted) or
+/// [`Relaxed`] (nothing is) unless you need `Global`'s check that no other thread disturbs the
+/// capture.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Global;
 

@@ -96,6 +96,8 @@ impl Graph {
         node: &TypedNode<K>,
         params: NodeParams<K>,
     ) -> Result<()> {
+        // Before the exec's lock (see `refuse_in_host_callback`).
+        crate::driver::context::refuse_in_host_callback()?;
         params.check_device(self.exec.ctx.device)?;
         let mut state = lock(&self.state);
         state.check_not_device_launched()?;
@@ -141,6 +143,8 @@ impl Graph {
     /// # Ok(()) }
     /// ```
     pub fn set_enabled(&mut self, node: &GraphNode, enabled: bool) -> Result<()> {
+        // Before the exec's lock (see `refuse_in_host_callback`).
+        crate::driver::context::refuse_in_host_callback()?;
         let state = lock(&self.state);
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;

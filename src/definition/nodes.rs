@@ -431,6 +431,11 @@ impl GraphAllocation {
             )
         }?;
         if n != 1 || deps.is_null() {
+            // The allocation node is in the graph all the same, and each launch of an exec
+            // allocates its memory: record it for the execs to free. Its key cannot name a node
+            // (a device address, which unified addressing keeps apart from the host addresses
+            // node handles are), so no free node can take it.
+            tree.note_allocation(graph, ptr as usize, ptr);
             return Err(Error::InvalidArgument(format!(
                 "after a captured allocation the capture has {n} dependencies instead of its allocation node"
             )));

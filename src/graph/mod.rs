@@ -229,10 +229,58 @@ pub(crate) struct ExecState {
     pub(crate) pending_ready: Vec<Arc<crate::driver::event::EventHandle>>,
     /// Whether the exec was instantiated for device launch.
     device_launch: bool,
+    /// Held while the exec lives if its graph has memory allocation nodes: the device's graph
+    /// memory pool is trimmed only when the last such exec goes.
+    memory_user: Option<GraphMemoryUser>,
     /// Set once [`Graph::device_handle`] handed out a handle: device code may launch the exec
     /// whenever a graph holding the handle runs, so what the exec holds is released only after
     /// the last such holder is gone, and updates are refused.
     device_keep: Option<Arc<DeviceLaunchKeep>>,
+}
+
+/// Live execs of this crate with memory allocation nodes, per device (`CUdevice`): the graph
+/// memory pool they share keeps freed memory for their next launches.
+static GRAPH_MEMORY_USERS: Mutex<Vec<(sys::CUdevice, usize)>> = Mutex::new(Vec::new());
+
+/// One exec with memory allocation nodes on `device`, counted in [`GRAPH_MEMORY_USERS`].
+#[derive(Debug)]
+pub(crate) struct GraphMemoryUser {
+    device: sys::CUdevice,
+}
+
+impl GraphMemoryUser {
+    fn new(device: sys::CUdevice) -> Self {
+        let mut users = lock(&GRAPH_MEMORY_USERS);
+        match users.iter_mut().find(|(d, _)| *d == device) {
+            Some((_, n)) => *n += 1,
+            None => users.push((device, 1)),
+        }
+        GraphMemoryUser { device }
+    }
+
+    /// Stops counting this exec; whether it was the device's last.
+    fn leave(self) -> bool {
+        let mut users = lock(&GRAPH_MEMORY_USERS);
+        let last = match users.iter_mut().find(|(d, _)| *d == self.device) {
+            Some((_, n)) => {
+                *n = n.saturating_sub(1);
+                *n == 0
+            }
+            None => true,
+        };
+        std::mem::forget(self);
+        last
+    }
+}
+
+impl Drop for GraphMemoryUser {
+    fn drop(&mut self) {
+        let device = self.device;
+        let mut users = lock(&GRAPH_MEMORY_USERS);
+        if let Some((_, n)) = users.iter_mut().find(|(d, _)| *d == device) {
+            *n = n.saturating_sub(1);
+        }
+    }
 }
 
 impl ExecState {
@@ -536,6 +584,25 @@ impl Graph {
         options: &InstantiateOptions,
     ) -> Result<Graph> {
         driver::require("cuGraphInstantiateWithParams", DriverVersion::V12_0)?;
+        match &options.upload_stream {
+            // Checked as `upload` checks its stream, before any driver call: an upload into a
+            // capturing stream would fail the instantiation and invalidate that capture.
+            Some(stream) => {
+                check_same_device(graph.ctx.device, stream, "uploaded")?;
+                stream.enqueue(|rec| {
+                    if rec.capturing() {
+                        return Err(launch_in_capture("uploaded"));
+                    }
+                    Self::instantiate_now(graph, options)
+                })
+            }
+            None => Self::instantiate_now(graph, options),
+        }
+    }
+
+    /// [`instantiate`](Self::instantiate) once its upload stream (if any) was checked and its
+    /// capture slot is held.
+    fn instantiate_now(graph: &Arc<GraphHandle>, options: &InstantiateOptions) -> Result<Graph> {
         graph.ctx.bind()?;
         let mut params = InstantiateParams {
             flags: options.flags(),
@@ -556,6 +623,8 @@ impl Graph {
         let keep = tree.snapshot();
         let pending_ready = driver::memory::ready_events(keep.iter().flat_map(|c| c.iter()));
         let unfreed: Vec<u64> = tree.unfreed.values().copied().collect();
+        let memory_user =
+            (!tree.memory_graphs.is_empty()).then(|| GraphMemoryUser::new(graph.ctx.device));
         // SAFETY: `graph` is live and its tree locked; `params` is fully initialised and has the
         // layout of `CUDA_GRAPH_INSTANTIATE_PARAMS` (asserted above), with `result_out` a `u32`
         // that is never read as the bindings' enum; `exec` is a valid out pointer.
@@ -595,6 +664,7 @@ impl Graph {
                 epoch,
                 pending_ready,
                 device_launch: options.device_launch,
+                memory_user,
                 ..ExecState::default()
             }),
             device_handled: std::sync::atomic::AtomicBool::new(false),
@@ -620,6 +690,7 @@ impl Graph {
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         // Before the exec's lock (see `refuse_in_host_callback`).
         driver::context::refuse_in_host_callback()?;
+        check_same_device(self.exec.ctx.device, stream, "launched")?;
         let mut state = lock(&self.state);
         stream.enqueue(|rec| {
             if rec.capturing() {
@@ -652,6 +723,7 @@ impl Graph {
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         // Before the exec's lock (see `refuse_in_host_callback`).
         driver::context::refuse_in_host_callback()?;
+        check_same_device(self.exec.ctx.device, stream, "uploaded")?;
         let _state = lock(&self.state);
         stream.enqueue(|rec| {
             if rec.capturing() {
@@ -762,7 +834,15 @@ impl Graph {
     /// # Ok(()) }
     /// ```
     pub fn update(&mut self, source: &impl FinishedGraph) -> Result<()> {
+        // Before the exec's lock (see `refuse_in_host_callback`).
+        driver::context::refuse_in_host_callback()?;
         let graph = source.finished_graph()?;
+        if graph.ctx.device != self.exec.ctx.device {
+            return Err(Error::InvalidArgument(format!(
+                "this exec belongs to device {} and the update's source graph to device {}: an exec can only take the parameters of a graph of its own device (instantiate the source instead)",
+                self.exec.ctx.device, graph.ctx.device
+            )));
+        }
         let mut state = lock(&self.state);
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
@@ -857,6 +937,17 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Refuses a stream of another device than the exec's (`device`), for an exec to be `what`.
+fn check_same_device(device: sys::CUdevice, stream: &Stream, what: &str) -> Result<()> {
+    let theirs = stream.handle.ctx.device;
+    if theirs != device {
+        return Err(Error::InvalidArgument(format!(
+            "this exec belongs to device {device} and cannot be {what} on a stream of device {theirs}: use a stream of the exec's device"
+        )));
+    }
+    Ok(())
+}
+
 fn launch_in_capture(what: &str) -> Error {
     Error::InvalidArgument(format!(
         "an executable graph cannot be {what} into a stream capture: embed the graph into the capture instead (`builder.add_child_graph(&ended_builder)` or a definition's `add_child_graph`)"
@@ -885,7 +976,7 @@ impl Drop for Graph {
             std::mem::take(&mut state.node_owners),
         );
         let ctx = self.exec.ctx.clone();
-        let freed_any = !unfreed.is_empty();
+        let memory_user = state.memory_user.take();
         let release = move || {
             drop(held);
             for ptr in unfreed {
@@ -896,9 +987,11 @@ impl Drop for Graph {
                     let _ = unsafe { driver::memory::free(p) };
                 });
             }
-            if freed_any {
-                // Freed graph memory goes back to the device's graph pool; give the pool's unused
-                // memory back to the device, as if the graph had freed it itself and been trimmed.
+            if memory_user.is_some_and(GraphMemoryUser::leave) {
+                // The device's last exec of this crate with memory nodes is gone: give the
+                // pool's unused memory back to the device (freed graph memory otherwise stays
+                // in the pool, counted as in use). While other execs with memory nodes live the
+                // pool is left alone: it keeps their memory for their next launches.
                 // SAFETY: `destroy_in` makes the context current; trimming only releases pool
                 // memory no graph uses.
                 crate::driver::release::destroy_in(&ctx, ctx.device, |d| {

@@ -23,6 +23,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         a_captured_allocation_left_unfreed_is_freed_with_the_exec,
     ),
     (
+        "memory::an_exec_dropped_with_allocations_left_does_not_trim_memory_other_execs_keep",
+        Needs::Gpu,
+        an_exec_dropped_with_allocations_left_does_not_trim_memory_other_execs_keep,
+    ),
+    (
         "memory::misused_stream_ordered_memory_is_an_error",
         Needs::Gpu,
         misused_stream_ordered_memory_is_an_error,
@@ -132,6 +137,49 @@ fn a_captured_allocation_left_unfreed_is_freed_with_the_exec(gpu: &Gpu) -> TestR
     assert!(
         eventually(|| gpu.device.graph_memory_in_use().ok() == Some(before)),
         "the exec frees and trims what its graph left allocated"
+    );
+    Ok(())
+}
+
+/// An exec that left an allocation frees it when dropped, but trims the device's graph memory
+/// pool only when no other exec with memory nodes is alive: the pool keeps their memory for
+/// their next launches.
+fn an_exec_dropped_with_allocations_left_does_not_trim_memory_other_execs_keep(
+    gpu: &Gpu,
+) -> TestResult {
+    gpu.device.trim_graph_memory()?;
+    let out = gpu.device.alloc_zeroed::<i32>(N as usize)?;
+    let keeper = scratch_graph(gpu, &out, 7)?;
+    let s = gpu.stream();
+    keeper.launch(&s)?;
+    s.synchronize()?;
+    let kept = gpu.device.graph_memory_usage()?.reserved_current;
+    assert!(kept >= N as u64 * 4, "{kept}");
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    let left = b.alloc_async(1 << 20)?;
+    // SAFETY: fill(int*, int, int); left holds 2^18 ints.
+    unsafe { b.launch_unchecked(&gpu.f("fill"), cfg(), &args![&left, N, 1])? };
+    let leaver = b.end_building()?.instantiate()?;
+    leaver.launch(&s)?;
+    s.synchronize()?;
+    // Idle: released on this thread, now (the allocation freed, the pool left alone).
+    drop(leaver);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let now = gpu.device.graph_memory_usage()?;
+    assert!(
+        now.reserved_current >= kept,
+        "the pool kept the other exec's memory: {now:?}, {kept} before"
+    );
+    // The kept memory serves the other exec's next launch.
+    keeper.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(out.to_vec()?, vec![7; N as usize]);
+    drop(keeper);
+    assert!(
+        eventually(
+            || matches!(gpu.device.graph_memory_usage(), Ok(u) if u.reserved_current < kept)
+        ),
+        "the last exec with memory nodes trims the pool"
     );
     Ok(())
 }

@@ -12,6 +12,16 @@ use crate::support::{eventually, global_captures_beside_drops, one, Gpu, Needs, 
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
+        "safety::an_upload_stream_that_captures_is_refused_before_instantiation",
+        Needs::Gpu,
+        an_upload_stream_that_captures_is_refused_before_instantiation,
+    ),
+    (
+        "safety::exec_updates_in_a_host_callback_are_refused",
+        Needs::Gpu,
+        exec_updates_in_a_host_callback_are_refused,
+    ),
+    (
         "safety::captures_left_open_at_process_exit",
         Needs::Gpu,
         captures_left_open_at_process_exit,
@@ -1382,5 +1392,76 @@ fn captures_left_open_at_process_exit(_gpu: &Gpu) -> TestResult {
         let _ = e.read_to_string(&mut err);
     }
     assert!(status.success(), "exit status {status:?}; stderr: {err}");
+    Ok(())
+}
+
+/// `InstantiateOptions::upload_on` with a stream that is capturing is refused before the
+/// driver, as `Graph::upload` refuses it: the instantiation used to fail inside the driver and
+/// invalidate the user's capture on that stream.
+fn an_upload_stream_that_captures_is_refused_before_instantiation(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let other = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.device.create_stream()?;
+    let b = s.create_graph_builder().begin_building(Relaxed)?;
+    b.memset_d32(&buf, 1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    def.add_memset(&[], &other, 2i32)?;
+    match def.instantiate_with(&InstantiateOptions::new().upload_on(&s)) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("stream capture"), "{m}"),
+        other => return Err(format!("expected a refusal, got {other:?}").into()),
+    }
+    // The capture is intact.
+    let g = b.end_building()?.instantiate()?;
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [1]);
+    // And an idle upload stream works.
+    let up = def.instantiate_with(&InstantiateOptions::new().upload_on(&s))?;
+    up.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(other.to_vec()?, [2]);
+    Ok(())
+}
+
+/// `Graph::set_params`, `set_enabled` and `update` refuse a host callback's thread before they
+/// take the exec's lock or call the driver, as `launch` and `is_enabled` do.
+fn exec_updates_in_a_host_callback_are_refused(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let node = def.add_memset(&[], &buf, 1i32)?;
+    let exec = Arc::new(std::sync::Mutex::new(def.instantiate()?));
+    let params = std::sync::Mutex::new(Some(NodeParams::memset(&buf, 3i32)?));
+    let (tx, rx) = mpsc::channel();
+    let outer = {
+        let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+        let (exec, def, node) = (exec.clone(), def.try_clone()?, node);
+        b.add_host_callback(move || {
+            let Ok(mut g) = exec.lock() else { return };
+            let Some(params) = params.lock().ok().and_then(|mut p| p.take()) else {
+                return;
+            };
+            let said = [
+                ("set_params", g.set_params(&node, params).map(|_| ())),
+                ("set_enabled", g.set_enabled(&node, false)),
+                ("update", g.update(&def)),
+            ]
+            .map(|(what, r)| format!("{what}: {r:?}"));
+            let _ = tx.send(said);
+        })?;
+        complete(b.end_building()?)?
+    };
+    launch_within(
+        "a callback updating an exec",
+        outer,
+        gpu.device.create_stream()?,
+    )?;
+    for said in rx.recv_timeout(Duration::from_secs(10))? {
+        assert!(said.contains("host callback"), "{said}");
+    }
+    // The exec was left as it was: it still sets 1.
+    let s = gpu.device.create_stream()?;
+    exec.lock().map_err(|e| e.to_string())?.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [1]);
     Ok(())
 }
