@@ -59,12 +59,15 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
                 })?,
             };
             child_tree.check_complete()?;
-            // What the child's nodes use now (they may change or go later), and the child.
-            let held = match rec.other.as_deref_mut() {
-                Some(t) => t.snapshot(),
-                None => Vec::new(),
+            // What the child's nodes use now (they may change or go later), and the child only
+            // where its conditional handles may be in use (see `TreeState::has_conditionals`).
+            let (held, hold_child) = match rec.other.as_deref_mut() {
+                Some(t) => (t.snapshot(), t.has_conditionals()),
+                None => (Vec::new(), true),
             };
-            rec.keep(&keep);
+            if hold_child {
+                rec.keep(&keep);
+            }
             for chunk in &held {
                 rec.keep(chunk);
             }

@@ -234,13 +234,18 @@ impl GraphDefinition {
         // SAFETY: the graph is live and its tree locked.
         let raw = unsafe { driver::graph::clone(self.graph.raw) }?;
         // The clone's nodes use what the original's use now: the clone holds that (the original's
-        // nodes may change or go later) and the original graph.
+        // nodes may change or go later), and the original graph only where conditional handles
+        // of it may be in use (CUDA clones no conditional nodes today): a clone that held its
+        // original would make a graph that embeds its own clone hold itself.
         let held = locked.tree.snapshot();
+        let hold_original = locked.tree.has_conditionals();
         drop(locked);
         let clone = Arc::new(GraphHandle::owned(&self.graph.ctx, raw));
         {
             let mut tree = clone.lock();
-            tree.keep(&self.graph.root());
+            if hold_original {
+                tree.keep(&self.graph.root());
+            }
             for chunk in &held {
                 tree.keep(chunk);
             }

@@ -980,11 +980,14 @@ impl GraphDefinition {
         let (mut tree, mut child_tree) = lock_two(graph, child);
         super::check_usable(graph, &tree)?;
         // The node holds what `child`'s nodes use now (its own copy keeps using them after
-        // `child`'s nodes change or go), and `child` itself.
+        // `child`'s nodes change or go), and `child` itself only where its conditional handles
+        // may be in use (see `TreeState::has_conditionals`).
         let mut owners = Owners::new();
-        owners.push(child.root());
         if let Some(c) = child_tree.as_deref_mut() {
             c.check_complete()?;
+            if c.has_conditionals() {
+                owners.push(child.root());
+            }
             owners.extend(c.snapshot().into_iter().map(|chunk| chunk as Owner));
         }
         let (mut room, mut spill) = (node::DEP_ROOM, Vec::new());

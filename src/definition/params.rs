@@ -593,6 +593,12 @@ pub(crate) fn lock_with_child<'a>(
     let (tree, mut child_tree) = lock_two(graph, child);
     if let Some(c) = child_tree.as_deref_mut() {
         c.check_complete()?;
+        if !c.has_conditionals() {
+            // The child graph itself is held only where its conditional handles may be in use
+            // (see `TreeState::has_conditionals`).
+            let root = Arc::as_ptr(&child.root()) as *const ();
+            owners.retain(|o| Arc::as_ptr(o) as *const () != root);
+        }
         owners.extend(c.snapshot().into_iter().map(|chunk| chunk as Owner));
     }
     Ok((tree, child_tree))

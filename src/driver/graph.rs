@@ -1183,6 +1183,14 @@ impl TreeState {
         }
     }
 
+    /// Whether the tree has conditional nodes this crate made: their handles belong to its
+    /// graphs, so a copy (clone, embedding) that could hold such nodes holds the tree's root too.
+    /// Otherwise a copy holds only what the nodes use, never the graph it came from (which would
+    /// make a graph that embeds its own clone hold itself).
+    pub(crate) fn has_conditionals(&self) -> bool {
+        !self.conditionals.is_empty()
+    }
+
     /// Refuses a tree that a capture still records into or that the driver broke, for
     /// operations that read the whole tree (instantiate, update from it, embed it, clone it).
     pub(crate) fn check_complete(&self) -> Result<()> {

@@ -966,12 +966,35 @@ impl Drop for Graph {
         // The exec is destroyed under its source graph's tree lock: driver 13.0 also crashed
         // when an exec was destroyed on the release thread while the main thread added and
         // destroyed nodes of the definition it came from (the soak's edit loop).
+        //
+        // An exec that handed out device handles is parked in their keep-alive until the last
+        // graph holding one goes; a graph that holds one may be the exec's own source (a kernel
+        // that device-launches an exec of the definition it is added to), so the parked release
+        // holds its source graphs weakly: else that graph would hold itself and leak. Nothing
+        // is lost: such an exec has only kernel, memcpy and memset nodes (device launch refuses
+        // others), so it uses no conditional handle of its source, and CUDA's execs do not depend
+        // on the graph they came from; the exec is still destroyed under the source's lock if
+        // the source lives, and before it.
+        let parked = state.device_keep.is_some();
+        let source = state.source.take();
+        let current = state.current.take();
+        let (source, current): (SourceRef, Option<(SourceRef, Vec<KeepChunk>)>) = if parked {
+            (
+                SourceRef::weak(source.as_ref()),
+                current.map(|(root, keep)| (SourceRef::weak(Some(&root)), keep)),
+            )
+        } else {
+            (
+                SourceRef::Strong(source),
+                current.map(|(root, keep)| (SourceRef::Strong(Some(root)), keep)),
+            )
+        };
         let held = (
             ExecWithSource {
                 exec: Some(self.exec.take()),
-                source: state.source.take(),
+                source,
             },
-            state.current.take(),
+            current,
             std::mem::take(&mut state.keep),
             std::mem::take(&mut state.node_owners),
         );
@@ -1107,15 +1130,37 @@ crate::runtime::arg_for! {
 /// graph's tree lock (so never beside a driver call on that graph).
 struct ExecWithSource {
     exec: Option<ExecHandle>,
-    source: Option<Arc<GraphHandle>>,
+    source: SourceRef,
+}
+
+/// A graph an exec came from, as the exec's release holds it: strongly, or weakly where holding
+/// it could make a cycle (an exec parked in its device handles' keep-alive).
+enum SourceRef {
+    Strong(Option<Arc<GraphHandle>>),
+    Weak(Option<std::sync::Weak<GraphHandle>>),
+}
+
+impl SourceRef {
+    fn weak(graph: Option<&Arc<GraphHandle>>) -> Self {
+        SourceRef::Weak(graph.map(Arc::downgrade))
+    }
+
+    /// The graph, if it is still alive.
+    fn take(&mut self) -> Option<Arc<GraphHandle>> {
+        match self {
+            SourceRef::Strong(s) => s.take(),
+            SourceRef::Weak(w) => w.take().and_then(|w| w.upgrade()),
+        }
+    }
 }
 
 impl Drop for ExecWithSource {
     fn drop(&mut self) {
-        let guard = self.source.as_ref().map(|s| s.lock());
+        let source = self.source.take();
+        let guard = source.as_ref().map(|s| s.lock());
         drop(self.exec.take());
         drop(guard);
-        drop(self.source.take());
+        drop(source);
     }
 }
 

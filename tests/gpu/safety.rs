@@ -8,9 +8,26 @@ use std::time::{Duration, Instant};
 use cuda_graph::prelude::*;
 
 use crate::args;
-use crate::support::{eventually, global_captures_beside_drops, one, Gpu, Needs, TestResult};
+use crate::support::{
+    eventually, global_captures_beside_drops, one, stays, Gpu, Needs, TestResult,
+};
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
+    (
+        "safety::graphs_embedding_their_own_clones_are_released",
+        Needs::Gpu,
+        graphs_embedding_their_own_clones_are_released,
+    ),
+    (
+        "safety::a_device_graph_in_its_own_source_definition_is_released",
+        Needs::Gpu,
+        a_device_graph_in_its_own_source_definition_is_released,
+    ),
+    (
+        "safety::an_outer_exec_dropped_while_it_runs_releases_the_inner_exec",
+        Needs::Gpu,
+        an_outer_exec_dropped_while_it_runs_releases_the_inner_exec,
+    ),
     (
         "safety::an_upload_stream_that_captures_is_refused_before_instantiation",
         Needs::Gpu,
@@ -1463,5 +1480,154 @@ fn exec_updates_in_a_host_callback_are_refused(gpu: &Gpu) -> TestResult {
     exec.lock().map_err(|e| e.to_string())?.launch(&s)?;
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [1]);
+    Ok(())
+}
+
+/// What the refusal of self-embedding recommends — embed a clone — leaks nothing: a graph that
+/// embeds its own clone, and two graphs that embed each other's clones (through definitions and
+/// through a capture), are released with everything they hold once the user's handles go.
+fn graphs_embedding_their_own_clones_are_released(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let add_one = gpu.f("add_one");
+    let made = |n: i32| -> cuda_graph::Result<GraphDefinition> {
+        let def = GraphDefinition::new(&gpu.device)?;
+        for _ in 0..n {
+            // SAFETY: add_one(int*).
+            unsafe { def.add_kernel_unchecked(&[], &add_one, one(), &args![&buf])? };
+        }
+        Ok(def)
+    };
+    // One graph embedding its own clone: it runs its node and the clone's.
+    let a = made(1)?;
+    let watch_a = a.release_observer();
+    let clone = a.try_clone()?;
+    let watch_clone = clone.release_observer();
+    a.add_child_graph(&[], &clone)?;
+    let g = a.instantiate()?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(buf.to_vec()?, [2]);
+    drop((g, a, clone));
+    assert!(
+        eventually(|| watch_a.is_released() && watch_clone.is_released()),
+        "a graph embedding its own clone is released"
+    );
+    // Two graphs embedding each other's clones.
+    let (b, c) = (made(1)?, made(2)?);
+    let (watch_b, watch_c) = (b.release_observer(), c.release_observer());
+    b.add_child_graph(&[], &c.try_clone()?)?;
+    c.add_child_graph(&[], &b.try_clone()?)?;
+    drop((b, c));
+    assert!(
+        eventually(|| watch_b.is_released() && watch_c.is_released()),
+        "graphs embedding each other's clones are released"
+    );
+    // A capture embedding a clone of a graph that holds the capture's own earlier result.
+    let first = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    // SAFETY: add_one(int*).
+    unsafe { first.launch_unchecked(&add_one, one(), &args![&buf])? };
+    let first = first.end_building()?;
+    let def = first.graph_definition()?;
+    let watch_first = def.release_observer();
+    def.add_child_graph(&[], &def.try_clone()?)?;
+    let second = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    second.add_child_graph(&def.try_clone()?)?;
+    let second = second.end_building()?;
+    drop((first, def, second));
+    assert!(
+        eventually(|| watch_first.is_released()),
+        "a captured graph embedding its own clone is released"
+    );
+    // What they held goes with them: the buffer is held by nothing else now.
+    let watch_buf = buf.release_observer();
+    drop(buf);
+    assert!(
+        eventually(|| watch_buf.is_released()),
+        "the buffer is freed"
+    );
+    Ok(())
+}
+
+/// A kernel that device-launches an exec, added to the very definition that exec was
+/// instantiated from: the definition holds the exec's keep-alive, whose parked release held the
+/// definition — a cycle that leaked both. Everything is released once the user's handles go.
+fn a_device_graph_in_its_own_source_definition_is_released(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let status = gpu.device.htod(&[-1i32])?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: add_one(int*).
+    let first = unsafe { def.add_kernel_unchecked(&[], &gpu.f("add_one"), one(), &args![&buf])? };
+    let watch = def.release_observer();
+    let exec = def.instantiate_with(&InstantiateOptions::new().device_launch(true))?;
+    let handle = exec.device_handle()?;
+    // SAFETY: launch_graph(cudaGraphExec_t g, int* status), in a graph.
+    unsafe {
+        def.add_kernel_unchecked(
+            &[&first],
+            &gpu.f("launch_graph"),
+            one(),
+            &args![handle, &status],
+        )?
+    };
+    // The definition's new exec adds one and device-launches the first exec, which adds one.
+    let launcher = def.instantiate()?;
+    let s = gpu.stream();
+    launcher.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(status.to_vec()?, [0], "cudaGraphLaunch on the device");
+    assert!(eventually(|| buf.to_vec().ok() == Some(vec![2])));
+    drop((launcher, exec));
+    assert!(
+        stays(|| !watch.is_released()),
+        "the definition is still the user's"
+    );
+    drop(def);
+    assert!(
+        eventually(|| watch.is_released()),
+        "the definition and the exec it holds are released"
+    );
+    Ok(())
+}
+
+/// An outer graph whose kernel device-launches an inner exec: the inner `Graph` is dropped
+/// first, then the outer exec while its launch still runs. The inner exec, its source and its
+/// operands are released once the outer launch has finished.
+fn an_outer_exec_dropped_while_it_runs_releases_the_inner_exec(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch_buf = buf.release_observer();
+    let status = gpu.device.htod(&[-1i32])?;
+    let inner_def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: add_one(int*).
+    unsafe { inner_def.add_kernel_unchecked(&[], &gpu.f("add_one"), one(), &args![&buf])? };
+    let watch_inner = inner_def.release_observer();
+    let inner = inner_def.instantiate_with(&InstantiateOptions::new().device_launch(true))?;
+    let outer_def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: spin(ns) only reads the clock; launch_graph(cudaGraphExec_t, int*), in a graph.
+    unsafe {
+        let spin =
+            outer_def.add_kernel_unchecked(&[], &gpu.f("spin"), one(), &args![1_000_000_000u64])?;
+        outer_def.add_kernel_unchecked(
+            &[&spin],
+            &gpu.f("launch_graph"),
+            one(),
+            &args![inner.device_handle()?, &status],
+        )?;
+    }
+    let outer = outer_def.instantiate()?;
+    drop((inner, inner_def, outer_def, buf));
+    let s = gpu.stream();
+    outer.launch(&s)?;
+    drop(outer); // its launch spins for a second yet
+    assert!(
+        stays(|| !watch_inner.is_released()),
+        "held while the launch runs"
+    );
+    s.synchronize()?;
+    assert_eq!(status.to_vec()?, [0], "cudaGraphLaunch on the device");
+    assert!(
+        eventually(|| watch_inner.is_released() && watch_buf.is_released()),
+        "the inner exec, its source and its buffer are released after the outer launch"
+    );
     Ok(())
 }
