@@ -880,11 +880,13 @@ impl Graph {
                 source: r.err().and_then(|e| e.driver_error().cloned()),
             });
         }
-        // Launches made so far may still use the previous source's operands, and the parameters
-        // of per-node updates, which the update replaced.
+        // Launches made so far may still use the previous source's operands, the parameters of
+        // per-node updates and what the exec was instantiated with, all of which the update
+        // replaced (it sets every node's parameters).
         let replaced_nodes = std::mem::take(&mut state.node_owners);
-        if !replaced_nodes.is_empty() {
-            state.release_after_last_launch(Box::new(replaced_nodes));
+        let instantiated = std::mem::take(&mut state.keep);
+        if !replaced_nodes.is_empty() || !instantiated.is_empty() {
+            state.release_after_last_launch(Box::new((replaced_nodes, instantiated)));
         }
         let mut unused = None;
         if let Some(previous) = state.current.replace((graph.root(), keep)) {

@@ -14,6 +14,11 @@ use crate::support::{
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
+        "safety::a_whole_graph_update_releases_what_the_exec_was_instantiated_with",
+        Needs::Gpu,
+        a_whole_graph_update_releases_what_the_exec_was_instantiated_with,
+    ),
+    (
         "safety::graphs_embedding_their_own_clones_are_released",
         Needs::Gpu,
         graphs_embedding_their_own_clones_are_released,
@@ -1629,5 +1634,42 @@ fn an_outer_exec_dropped_while_it_runs_releases_the_inner_exec(gpu: &Gpu) -> Tes
         eventually(|| watch_inner.is_released() && watch_buf.is_released()),
         "the inner exec, its source and its buffer are released after the outer launch"
     );
+    Ok(())
+}
+
+/// A whole-graph `Graph::update` sets every node's parameters, so what the exec was instantiated
+/// with (a host callback's closure here) is released once no launch that used it is pending —
+/// not kept until the exec is dropped.
+fn a_whole_graph_update_releases_what_the_exec_was_instantiated_with(gpu: &Gpu) -> TestResult {
+    let made = |token: Arc<()>| -> cuda_graph::Result<GraphDefinition> {
+        let def = GraphDefinition::new(&gpu.device)?;
+        def.add_host_callback(&[], move || {
+            let _ = &token;
+        })?;
+        Ok(def)
+    };
+    let (first, second) = (Arc::new(()), Arc::new(()));
+    let (watch_first, watch_second) = (Arc::downgrade(&first), Arc::downgrade(&second));
+    let a = made(first)?;
+    let mut exec = a.instantiate()?;
+    drop(a);
+    let s = gpu.stream();
+    exec.launch(&s)?;
+    let b = made(second)?;
+    exec.update(&b)?;
+    drop(b);
+    s.synchronize()?;
+    assert!(
+        eventually(|| watch_first.upgrade().is_none()),
+        "the first callback is released after the launch that used it"
+    );
+    assert!(
+        watch_second.upgrade().is_some(),
+        "the exec runs the second now"
+    );
+    exec.launch(&s)?;
+    s.synchronize()?;
+    drop(exec);
+    assert!(eventually(|| watch_second.upgrade().is_none()));
     Ok(())
 }
