@@ -120,9 +120,14 @@ impl Graph {
         r?;
         // Stream-ordered allocations among the new parameters exist before the next launch.
         state.add_pending_ready(driver::memory::ready_events(owners.iter()));
-        // Launches made so far may still use what the replaced parameters used.
-        if let Some(replaced) = state.node_owners.insert((node.graph, node.raw), owners) {
-            state.release_after_last_launch(Box::new(replaced));
+        // Launches made so far may still use what the replaced parameters used: the previous
+        // per-node update's values, or (the first time) what the node was instantiated with that
+        // no other node of the exec uses.
+        let key = (node.graph, node.raw);
+        let instantiated = state.release_instantiated(key);
+        let replaced = state.node_owners.insert(key, owners);
+        if replaced.is_some() || !instantiated.is_empty() {
+            state.release_after_last_launch(Box::new((replaced, instantiated)));
         }
         Ok(())
     }

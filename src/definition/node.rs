@@ -531,6 +531,85 @@ mod tests {
     }
 
     #[test]
+    fn the_owners_index_names_what_each_node_uses_in_the_chunk() {
+        use std::sync::Arc;
+        let mut tree = TreeState::default();
+        let module = Arc::new(7u32);
+        let (buf_a, buf_b) = (Arc::new(1u64), Arc::new(2u64));
+        let own: Owner = Arc::new(3u16);
+        let more: Owner = Arc::new(4u16);
+        // a: module + buf_a (two shared entries); b: module + buf_b; c: module, buf_a and two
+        // owners of its own (the second buffer and its owners out of line); d: nothing.
+        let a = fresh(
+            &mut tree,
+            1,
+            raw(0x100),
+            &[SharedRef::new(&module), SharedRef::new(&buf_a)],
+            Owners::new(),
+            &mut Vec::new(),
+        );
+        let b = fresh(
+            &mut tree,
+            2,
+            raw(0x200),
+            &[SharedRef::new(&module), SharedRef::new(&buf_b)],
+            Owners::new(),
+            &mut Vec::new(),
+        );
+        let c = fresh(
+            &mut tree,
+            1,
+            raw(0x300),
+            &[SharedRef::new(&module), SharedRef::new(&buf_a)],
+            [own.clone(), more.clone()].into_iter().collect(),
+            &mut Vec::new(),
+        );
+        let _d = fresh1(&mut tree, 1, raw(0x400));
+        let check = |tree: &mut TreeState| {
+            let (chunk, index) = tree.nodes.owners_chunk_indexed().expect("owners");
+            let used = |g: u64, n: &GraphNode| -> Vec<usize> {
+                let &(_, start, len) = index
+                    .nodes
+                    .iter()
+                    .find(|(k, _, _)| *k == (g, n.raw))
+                    .expect("the node is indexed");
+                index.uses[start as usize..(start + len) as usize]
+                    .iter()
+                    .map(|&u| Arc::as_ptr(&chunk[u as usize]) as *const () as usize)
+                    .collect()
+            };
+            let addr = |o: &dyn std::any::Any| o as *const dyn std::any::Any as *const () as usize;
+            let (m, ba, bb) = (addr(&*module), addr(&*buf_a), addr(&*buf_b));
+            let mut got = used(1, &a);
+            got.sort();
+            let mut want = vec![m, ba];
+            want.sort();
+            assert_eq!(got, want, "a");
+            let mut got = used(2, &b);
+            got.sort();
+            let mut want = vec![m, bb];
+            want.sort();
+            assert_eq!(got, want, "b");
+            let mut got = used(1, &c);
+            got.sort();
+            let mut want = vec![m, ba, addr(&*own), addr(&*more)];
+            want.sort();
+            assert_eq!(got, want, "c");
+            assert_eq!(index.nodes.len(), 3, "a node using nothing is not listed");
+        };
+        check(&mut tree);
+        // Still right after the chunk is made again around a forgotten node's freed entries.
+        drop(forget(&mut tree, 2, &b));
+        let (chunk, index) = tree.nodes.owners_chunk_indexed().expect("owners");
+        assert!(index.uses.iter().all(|&u| (u as usize) < chunk.len()));
+        assert_eq!(index.nodes.len(), 2);
+        assert!(!chunk
+            .iter()
+            .any(|o| Arc::as_ptr(o) as *const () as usize
+                == Arc::as_ptr(&buf_b) as *const () as usize));
+    }
+
+    #[test]
     fn replacing_a_nodes_owners_leaves_older_snapshots_alone_and_can_be_undone() {
         use std::sync::Arc;
         let mut tree = TreeState::default();

@@ -820,6 +820,59 @@ impl NodeTable {
         owners
     }
 
+    /// The owners chunk (see [`owners_chunk`](Self::owners_chunk)) with the index of which of
+    /// its entries each live node uses, for an exec that releases them node by node.
+    pub(crate) fn owners_chunk_indexed(&mut self) -> Option<(KeepChunk, NodeOwnersIndex)> {
+        let chunk = self.owners_chunk()?;
+        let index = self.owners_index();
+        debug_assert!(index.uses.iter().all(|&u| (u as usize) < chunk.len()));
+        Some((chunk, index))
+    }
+
+    /// Which entries of the owners chunk each live node uses. The chunk is laid out as
+    /// [`all_owners`](Self::all_owners) lists them: the out-of-line lists in order, then the
+    /// shared entries that hold a value. A valid cached chunk has that layout now (every change
+    /// of either drops the cache), so the index is made fresh, with no clone of any owner.
+    fn owners_index(&mut self) -> NodeOwnersIndex {
+        self.flush_shared();
+        let mut list_start = Vec::with_capacity(self.owners.len());
+        let mut pos = 0u32;
+        for list in &self.owners {
+            list_start.push(pos);
+            pos += list.len() as u32;
+        }
+        let mut shared_pos = Vec::with_capacity(self.shared.len());
+        for entry in &self.shared {
+            shared_pos.push(entry.owner.is_some().then_some(pos));
+            if entry.owner.is_some() {
+                pos += 1;
+            }
+        }
+        let shared_at = |id: u32| {
+            id.checked_sub(1)
+                .and_then(|i| shared_pos.get(i as usize).copied().flatten())
+        };
+        let mut index = NodeOwnersIndex::default();
+        for slot in self.slots.iter().filter(|s| s.live()) {
+            let start = index.uses.len() as u32;
+            index.uses.extend(shared_at(slot.shared));
+            if slot.owners & OUT_OF_LINE != 0 {
+                if let Some(j) = (slot.owners & !OUT_OF_LINE).checked_sub(1) {
+                    let (from, n) = (list_start[j as usize], self.owners[j as usize].len());
+                    index.uses.extend(from..from + n as u32);
+                }
+            } else {
+                index.uses.extend(shared_at(slot.owners));
+            }
+            let len = index.uses.len() as u32 - start;
+            if len > 0 {
+                let graph = self.graphs[(slot.graph - 1) as usize];
+                index.nodes.push(((graph, slot.raw), start, len));
+            }
+        }
+        index
+    }
+
     /// Every live node's owners, in one shared chunk (made again only after a change).
     fn owners_chunk(&mut self) -> Option<KeepChunk> {
         if self.owners_chunk.is_none() {
@@ -831,6 +884,16 @@ impl NodeTable {
         }
         self.owners_chunk.clone()
     }
+}
+
+/// Which entries of a tree's owners chunk each of its explicit nodes used when an exec was
+/// instantiated: `nodes` lists `(graph id, raw node)` with a range of `uses`, whose values are
+/// positions in the chunk. An exec releases a node's entries once a per-node update replaced
+/// its parameters and no other node of the exec uses them.
+#[derive(Debug, Default)]
+pub(crate) struct NodeOwnersIndex {
+    pub(crate) nodes: Vec<((u64, usize), u32, u32)>,
+    pub(crate) uses: Vec<u32>,
 }
 
 /// A conditional node as this crate made it: its handle, type and bodies.

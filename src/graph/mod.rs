@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use crate::core::source::FinishedGraph;
-use crate::driver::graph::{ExecHandle, GraphHandle, IdMap, KeepChunk, Owners};
+use crate::driver::graph::{ExecHandle, GraphHandle, IdMap, KeepChunk, NodeOwnersIndex, Owners};
 use crate::driver::{self, compat, DriverVersion};
 use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
 use crate::runtime::{KernelArg, KernelArgs, Stream};
@@ -232,6 +232,9 @@ pub(crate) struct ExecState {
     /// Held while the exec lives if its graph has memory allocation nodes: the device's graph
     /// memory pool is trimmed only when the last such exec goes.
     memory_user: Option<GraphMemoryUser>,
+    /// What each explicit node of the source used at instantiation, so that a per-node update
+    /// releases what the replaced parameters used (see [`InstantiatedNodes`]).
+    instantiated_nodes: Option<InstantiatedNodes>,
     /// Set once [`Graph::device_handle`] handed out a handle: device code may launch the exec
     /// whenever a graph holding the handle runs, so what the exec holds is released only after
     /// the last such holder is gone, and updates are refused.
@@ -283,7 +286,76 @@ impl Drop for GraphMemoryUser {
     }
 }
 
+/// What the explicit nodes of an exec's source used when it was instantiated, per node: at first
+/// the tree's shared owners chunk (also in [`ExecState::keep`]) with its index; on the first
+/// per-node update the exec takes its own references to the chunk's values and lets go of the
+/// chunk, then releases each value once no node of the exec that has not been given new
+/// parameters uses it.
+enum InstantiatedNodes {
+    Shared(KeepChunk, NodeOwnersIndex),
+    Own {
+        held: Vec<Option<crate::driver::graph::Owner>>,
+        /// Per value of `held`: the nodes still using it.
+        users: Vec<u32>,
+        /// Node → the positions in `held` it uses.
+        nodes: IdMap<(u64, usize), Vec<u32>>,
+    },
+}
+
+impl InstantiatedNodes {
+    /// Takes node `key`'s instantiation values out of this exec: those no other node of it uses
+    /// are returned, for release after the last launch. Once, for the first update of the node
+    /// (later ones replace what the per-node map holds). `keep` loses its reference to the
+    /// shared chunk the first time.
+    fn release_node(
+        &mut self,
+        key: (u64, usize),
+        keep: &mut Vec<KeepChunk>,
+    ) -> Vec<crate::driver::graph::Owner> {
+        if let InstantiatedNodes::Shared(chunk, index) = self {
+            let held: Vec<_> = chunk.iter().cloned().map(Some).collect();
+            let mut users = vec![0u32; held.len()];
+            let mut nodes = IdMap::default();
+            for &(k, start, len) in &index.nodes {
+                let uses = index.uses[start as usize..(start + len) as usize].to_vec();
+                for &u in &uses {
+                    users[u as usize] += 1;
+                }
+                nodes.insert(k, uses);
+            }
+            if let Some(i) = keep.iter().position(|c| Arc::ptr_eq(c, chunk)) {
+                keep.swap_remove(i);
+            }
+            *self = InstantiatedNodes::Own { held, users, nodes };
+        }
+        let InstantiatedNodes::Own { held, users, nodes } = self else {
+            return Vec::new();
+        };
+        let mut released = Vec::new();
+        for u in nodes.remove(&key).unwrap_or_default() {
+            let n = &mut users[u as usize];
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                released.extend(held[u as usize].take());
+            }
+        }
+        released
+    }
+}
+
 impl ExecState {
+    /// Takes node `key`'s instantiation values out of the exec (see
+    /// [`InstantiatedNodes::release_node`]).
+    pub(crate) fn release_instantiated(
+        &mut self,
+        key: (u64, usize),
+    ) -> Vec<crate::driver::graph::Owner> {
+        match self.instantiated_nodes.as_mut() {
+            Some(nodes) => nodes.release_node(key, &mut self.keep),
+            None => Vec::new(),
+        }
+    }
+
     /// Adds stream-ordered allocations' `ready` events for the next launch to wait on, each once.
     pub(crate) fn add_pending_ready(
         &mut self,
@@ -621,6 +693,10 @@ impl Graph {
         let epoch = tree.epoch;
         // The exec holds what the graph's nodes use now, until its last launch has finished.
         let keep = tree.snapshot();
+        let instantiated_nodes = tree
+            .nodes
+            .owners_chunk_indexed()
+            .map(|(chunk, index)| InstantiatedNodes::Shared(chunk, index));
         let pending_ready = driver::memory::ready_events(keep.iter().flat_map(|c| c.iter()));
         let unfreed: Vec<u64> = tree.unfreed.values().copied().collect();
         let memory_user =
@@ -665,6 +741,7 @@ impl Graph {
                 pending_ready,
                 device_launch: options.device_launch,
                 memory_user,
+                instantiated_nodes,
                 ..ExecState::default()
             }),
             device_handled: std::sync::atomic::AtomicBool::new(false),
@@ -884,8 +961,11 @@ impl Graph {
         // per-node updates and what the exec was instantiated with, all of which the update
         // replaced (it sets every node's parameters).
         let replaced_nodes = std::mem::take(&mut state.node_owners);
-        let instantiated = std::mem::take(&mut state.keep);
-        if !replaced_nodes.is_empty() || !instantiated.is_empty() {
+        let instantiated = (
+            std::mem::take(&mut state.keep),
+            state.instantiated_nodes.take(),
+        );
+        if !replaced_nodes.is_empty() || !instantiated.0.is_empty() || instantiated.1.is_some() {
             state.release_after_last_launch(Box::new((replaced_nodes, instantiated)));
         }
         let mut unused = None;
@@ -998,6 +1078,7 @@ impl Drop for Graph {
             },
             current,
             std::mem::take(&mut state.keep),
+            state.instantiated_nodes.take(),
             std::mem::take(&mut state.node_owners),
         );
         let ctx = self.exec.ctx.clone();
@@ -1195,6 +1276,36 @@ pub(crate) fn path_cstring(path: &Path) -> Result<CString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_updated_in_an_exec_releases_what_only_it_used() {
+        use crate::driver::graph::Owner;
+        let module: Owner = Arc::new(1u8);
+        let (buf_a, buf_b): (Owner, Owner) = (Arc::new(2u8), Arc::new(3u8));
+        let watch = |o: &Owner| Arc::downgrade(o);
+        let (w_module, w_a, w_b) = (watch(&module), watch(&buf_a), watch(&buf_b));
+        let chunk: KeepChunk = Arc::new(vec![module, buf_a, buf_b]);
+        // Node 1 uses the module and buf_a, node 2 the module and buf_b.
+        let index = NodeOwnersIndex {
+            nodes: vec![((1, 0x10), 0, 2), ((1, 0x20), 2, 2)],
+            uses: vec![0, 1, 0, 2],
+        };
+        let mut keep = vec![chunk.clone()];
+        drop(chunk);
+        let mut nodes = InstantiatedNodes::Shared(keep[0].clone(), index);
+        let released = nodes.release_node((1, 0x10), &mut keep);
+        assert!(keep.is_empty(), "the exec lets go of the shared chunk");
+        assert_eq!(released.len(), 1, "buf_a: the module is still node 2's");
+        drop(released);
+        assert!(w_a.upgrade().is_none() && w_module.upgrade().is_some());
+        assert!(nodes.release_node((1, 0x10), &mut keep).is_empty(), "once");
+        assert!(
+            nodes.release_node((1, 0x99), &mut keep).is_empty(),
+            "unknown node"
+        );
+        drop(nodes.release_node((1, 0x20), &mut keep));
+        assert!(w_b.upgrade().is_none() && w_module.upgrade().is_none());
+    }
 
     #[test]
     fn instantiate_results_convert_without_trusting_the_driver() {

@@ -14,6 +14,11 @@ use crate::support::{
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
+        "safety::a_per_node_update_of_an_exec_releases_what_the_node_was_instantiated_with",
+        Needs::Gpu,
+        a_per_node_update_of_an_exec_releases_what_the_node_was_instantiated_with,
+    ),
+    (
         "safety::a_whole_graph_update_releases_what_the_exec_was_instantiated_with",
         Needs::Gpu,
         a_whole_graph_update_releases_what_the_exec_was_instantiated_with,
@@ -1671,5 +1676,60 @@ fn a_whole_graph_update_releases_what_the_exec_was_instantiated_with(gpu: &Gpu) 
     s.synchronize()?;
     drop(exec);
     assert!(eventually(|| watch_second.upgrade().is_none()));
+    Ok(())
+}
+
+/// `Graph::set_params` replaces one node's parameters: what that node was instantiated with (a
+/// buffer, a host callback's closure) is released once no launch that used it is pending, with
+/// the definition dropped — while what other nodes of the exec still use (the kernel's module,
+/// another node's buffer) stays.
+fn a_per_node_update_of_an_exec_releases_what_the_node_was_instantiated_with(
+    gpu: &Gpu,
+) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let (a, b, c) = (
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+        gpu.device.alloc_zeroed::<i32>(1)?,
+    );
+    let (watch_a, watch_c) = (a.release_observer(), c.release_observer());
+    let token = Arc::new(());
+    let watch_token = Arc::downgrade(&token);
+    let def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: add_one(int*).
+    let (on_a, _on_c) = unsafe {
+        (
+            def.add_kernel_unchecked(&[], &add_one, one(), &args![&a])?,
+            def.add_kernel_unchecked(&[], &add_one, one(), &args![&c])?,
+        )
+    };
+    let (host, _) = def.add_host_callback(&[], move || {
+        let _ = &token;
+    })?;
+    let mut exec = def.instantiate()?;
+    drop(def);
+    let s = gpu.stream();
+    exec.launch(&s)?;
+    // SAFETY: add_one(int*).
+    exec.set_params(&on_a, unsafe {
+        NodeParams::kernel_unchecked(&add_one, one(), args![&b])
+    })?;
+    let (params, _observer) = NodeParams::host_callback(|| {});
+    exec.set_params(&host, params)?;
+    drop(a);
+    s.synchronize()?;
+    assert!(
+        eventually(|| watch_a.is_released() && watch_token.upgrade().is_none()),
+        "the replaced buffer and closure are released after the launch that used them"
+    );
+    assert!(
+        stays(|| !watch_c.is_released()),
+        "the other node's buffer is the exec's still"
+    );
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!((b.to_vec()?, c.to_vec()?), (vec![1], vec![2]));
+    drop((exec, c));
+    assert!(eventually(|| watch_c.is_released()));
     Ok(())
 }
