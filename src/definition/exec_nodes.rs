@@ -72,8 +72,10 @@ impl Graph {
     /// (the definition, or the view of the ended builder) — not of a later update's source.
     ///
     /// The definition is not changed. The exec holds what the new parameters use; what the
-    /// parameters it replaces used (if an earlier `set_params` put them there) is released once
-    /// every launch made before has finished. A refusal — a node of another graph
+    /// parameters it replaces used — an earlier `set_params`'s, or what the node was
+    /// instantiated with, as far as no other node of the exec uses it (a kernel's module shared
+    /// with other kernel nodes stays) — is released once every launch made before has finished
+    /// (and once nothing else, such as the definition, holds it). A refusal — a node of another graph
     /// ([`Error::ForeignNode`]), destroyed ([`Error::DestroyedNode`]) or added after the
     /// instantiation ([`Error::NodeNotInExec`]), parameters of another device, or the driver's
     /// (it refuses, for example, a 2D memset or a kernel of another context) — leaves the exec and

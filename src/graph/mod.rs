@@ -897,7 +897,10 @@ impl Graph {
     ///
     /// On failure the error names the reason (e.g. [`UpdateFailure::TopologyChanged`]) and the
     /// exec is unchanged: it keeps working as before, with its own operands. On success the exec
-    /// keeps `source`'s operands alive.
+    /// keeps `source`'s operands alive, and what it used before (what it was instantiated with,
+    /// an earlier source's, per-node parameters) is released once the launches made before the
+    /// update have finished. The exec's source and devices must match: a source of another
+    /// device is refused.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
