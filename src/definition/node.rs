@@ -603,10 +603,10 @@ mod tests {
         let (chunk, index) = tree.nodes.owners_chunk_indexed().expect("owners");
         assert!(index.uses.iter().all(|&u| (u as usize) < chunk.len()));
         assert_eq!(index.nodes.len(), 2);
+        let gone = Arc::as_ptr(&buf_b) as *const ();
         assert!(!chunk
             .iter()
-            .any(|o| Arc::as_ptr(o) as *const () as usize
-                == Arc::as_ptr(&buf_b) as *const () as usize));
+            .any(|o| std::ptr::eq(Arc::as_ptr(o) as *const (), gone)));
     }
 
     #[test]
