@@ -549,7 +549,7 @@ impl CrateSide {
             }
             b.end_building()
         };
-        let mut graph = capture(1)
+        let graph = capture(1)
             .and_then(|a| a.instantiate())
             .map_err(crate_err)?;
         let other = capture(2).map_err(crate_err)?;

@@ -361,7 +361,7 @@ impl fmt::Display for InstantiateFailure {
 }
 
 /// Why `cuGraphExecUpdate_v2` refused an update (`CUgraphExecUpdateResult`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum UpdateFailure {
     /// `CU_GRAPH_EXEC_UPDATE_ERROR`: invalid value (unspecified reason).

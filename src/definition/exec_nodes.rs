@@ -94,7 +94,7 @@ impl Graph {
     /// # Ok(()) }
     /// ```
     pub fn set_params<K: NodeKind>(
-        &mut self,
+        &self,
         node: &TypedNode<K>,
         params: NodeParams<K>,
     ) -> Result<()> {
@@ -142,14 +142,14 @@ impl Graph {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// # fn f(graph: &mut Graph, k: &KernelNode, stream: &Stream) -> cuda_graph::Result<()> {
+    /// # fn f(graph: &Graph, k: &KernelNode, stream: &Stream) -> cuda_graph::Result<()> {
     /// graph.set_enabled(k, false)?;
     /// graph.launch(stream)?; // without k
     /// graph.set_enabled(k, true)?;
     /// assert!(graph.is_enabled(k)?);
     /// # Ok(()) }
     /// ```
-    pub fn set_enabled(&mut self, node: &GraphNode, enabled: bool) -> Result<()> {
+    pub fn set_enabled(&self, node: &GraphNode, enabled: bool) -> Result<()> {
         // Before the exec's lock (see `refuse_in_host_callback`).
         crate::driver::context::refuse_in_host_callback()?;
         let state = lock(&self.state);

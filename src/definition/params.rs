@@ -140,7 +140,7 @@ impl NodeParams<node_kind::Kernel> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// # fn f(g: &mut Graph, k: &KernelNode, affine: &Kernel<(*mut i32, i32, i32)>, other: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+    /// # fn f(g: &Graph, k: &KernelNode, affine: &Kernel<(*mut i32, i32, i32)>, other: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     /// g.set_params(k, NodeParams::kernel(affine, LaunchConfig::single(), (other, 3, 0))?)?;
     /// # Ok(()) }
     /// ```
@@ -209,7 +209,7 @@ impl NodeParams<node_kind::Memset> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// # fn f(g: &mut Graph, m: &MemsetNode, buf: &DeviceBuffer<u32>) -> cuda_graph::Result<()> {
+    /// # fn f(g: &Graph, m: &MemsetNode, buf: &DeviceBuffer<u32>) -> cuda_graph::Result<()> {
     /// g.set_params(m, NodeParams::memset(buf, 5u32)?)?;
     /// # Ok(()) }
     /// ```
@@ -338,7 +338,7 @@ impl NodeParams<node_kind::ChildGraph> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// # fn f(g: &mut Graph, c: &ChildGraphNode, step: &GraphDefinition) -> cuda_graph::Result<()> {
+    /// # fn f(g: &Graph, c: &ChildGraphNode, step: &GraphDefinition) -> cuda_graph::Result<()> {
     /// g.set_params(c, NodeParams::child_graph(step)?)?;
     /// # Ok(()) }
     /// ```

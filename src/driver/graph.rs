@@ -1438,7 +1438,7 @@ pub(crate) struct ExecHandle {
 }
 
 // SAFETY: CUgraphExec handles may be used from any thread; the driver serialises launches of one
-// exec. Update goes through `&mut Graph`.
+// exec. Launches, uploads and updates of one `Graph` take its `ExecState` lock.
 unsafe impl Send for ExecHandle {}
 // SAFETY: as above.
 unsafe impl Sync for ExecHandle {}

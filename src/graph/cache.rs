@@ -3,14 +3,19 @@
 
 use super::{Graph, InstantiateOptions};
 use crate::core::source::FinishedGraph;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UpdateFailure};
 use crate::runtime::Stream;
 
 /// What [`GraphCache::refresh`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CacheOutcome {
-    /// The cache held no exec yet, or the update was refused: a new exec was instantiated.
-    Instantiated,
+    /// A new exec was instantiated: `refused` says why the update was refused
+    /// ([`UpdateFailure::TopologyChanged`], say), or is `None` when there was no exec to update
+    /// (the first refresh, or an exec that handed out a device handle and so cannot be updated).
+    Instantiated {
+        /// Why the driver refused to update the exec, if it was asked.
+        refused: Option<UpdateFailure>,
+    },
     /// The exec was updated in place (`cuGraphExecUpdate`).
     Updated,
 }
@@ -80,18 +85,20 @@ impl GraphCache {
     /// # fn f(cache: &mut GraphCache, def: &GraphDefinition) -> cuda_graph::Result<()> {
     /// match cache.refresh(def)? {
     ///     CacheOutcome::Updated => println!("updated in place"),
-    ///     CacheOutcome::Instantiated => println!("instantiated again"),
+    ///     CacheOutcome::Instantiated { refused: Some(why) } => println!("instantiated again: {why}"),
+    ///     CacheOutcome::Instantiated { refused: None } => println!("instantiated"),
     /// }
     /// # Ok(()) }
     /// ```
     pub fn refresh(&mut self, source: &impl FinishedGraph) -> Result<CacheOutcome> {
-        if let Some(graph) = self.graph.as_mut().filter(|g| !g.has_device_handle()) {
+        let mut refused = None;
+        if let Some(graph) = self.graph.as_ref().filter(|g| !g.has_device_handle()) {
             match graph.update(source) {
                 Ok(()) => {
                     self.updates += 1;
                     return Ok(CacheOutcome::Updated);
                 }
-                Err(Error::Update { .. }) => {}
+                Err(Error::Update { reason, .. }) => refused = Some(reason),
                 Err(e) => return Err(e),
             }
         }
@@ -99,7 +106,7 @@ impl GraphCache {
         // The replaced exec releases what it held after its last launch.
         self.graph = Some(fresh);
         self.instantiations += 1;
-        Ok(CacheOutcome::Instantiated)
+        Ok(CacheOutcome::Instantiated { refused })
     }
 
     /// Launches the cached exec on `stream`; an [`Error::InvalidArgument`] before the first
@@ -136,7 +143,8 @@ impl GraphCache {
         self.graph.as_ref()
     }
 
-    /// The cached exec, mutably (for per-node updates), if any.
+    /// The cached exec, mutably, if any. (Per-node updates take `&Graph`:
+    /// [`graph`](Self::graph) is enough for them.)
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;

@@ -905,7 +905,7 @@ impl Graph {
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # use cuda_graph::*;
-    /// # fn f(graph: &mut Graph, next_step: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
+    /// # fn f(graph: &Graph, next_step: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
     /// match graph.update(next_step) {
     ///     Ok(()) => {}                                   // same topology: parameters taken over
     ///     Err(Error::Update { reason, .. }) => println!("instantiate again: {reason}"),
@@ -913,7 +913,7 @@ impl Graph {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn update(&mut self, source: &impl FinishedGraph) -> Result<()> {
+    pub fn update(&self, source: &impl FinishedGraph) -> Result<()> {
         // Before the exec's lock (see `refuse_in_host_callback`).
         driver::context::refuse_in_host_callback()?;
         let graph = source.finished_graph()?;

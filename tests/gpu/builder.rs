@@ -212,7 +212,7 @@ fn update_with_new_kernel_arguments(gpu: &Gpu) -> TestResult {
         unsafe { bld.launch_unchecked(&affine, one(), &args![buf, m, c])? };
         bld.end_building()
     };
-    let mut graph = capture(&a, 1, 10)?.instantiate()?;
+    let graph = capture(&a, 1, 10)?.instantiate()?;
     let s = gpu.stream();
     graph.launch(&s)?;
     s.synchronize()?;
@@ -231,7 +231,7 @@ fn update_with_new_kernel_arguments(gpu: &Gpu) -> TestResult {
 fn update_with_changed_topology_fails_and_old_exec_works(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
     let a = gpu.device.alloc_zeroed::<i32>(1)?;
-    let mut graph = capture_add_one(gpu, &a)?.instantiate()?;
+    let graph = capture_add_one(gpu, &a)?.instantiate()?;
     let other = gpu.device.alloc_zeroed::<i32>(1)?;
     let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
     // SAFETY: add_one(int*).

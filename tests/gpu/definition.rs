@@ -987,7 +987,7 @@ fn conditional_body_cannot_stand_alone(gpu: &Gpu) -> TestResult {
         outer.add_child_graph(&[], &body),
         Err(Error::InvalidArgument(_))
     ));
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     assert!(matches!(g.update(&body), Err(Error::InvalidArgument(_))));
     // Nodes of the body are foreign to its parent, and the other way round.
     let in_body = body.add_empty(&[])?;
@@ -1163,7 +1163,7 @@ fn update_an_exec_from_a_definition(gpu: &Gpu) -> TestResult {
     let def_a = GraphDefinition::new(&gpu.device)?;
     // affine(int*, int, int)
     k(&def_a, &[], &affine, one(), args![&a, 1i32, 10i32])?;
-    let mut g = def_a.instantiate()?;
+    let g = def_a.instantiate()?;
     launch(gpu, &g)?;
     {
         let def_b = GraphDefinition::new(&gpu.device)?;
@@ -1189,7 +1189,7 @@ fn failed_update_from_a_definition_adopts_nothing(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     // add_one(int*)
     k(&def, &[], &add_one, one(), args![&a])?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     let other = gpu.device.alloc_zeroed::<i32>(1)?;
     let watch = other.release_observer();
     {
@@ -1221,7 +1221,7 @@ fn an_update_releases_a_source_never_launched_at_once(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     // add_one(int*)
     k(&def, &[], &add_one, one(), args![&first])?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     let mid = gpu.device.alloc_zeroed::<i32>(1)?;
     let watch = mid.release_observer();
     {
@@ -1593,7 +1593,7 @@ fn clones_children_and_updated_execs_keep_a_destroyed_nodes_operands(gpu: &Gpu) 
     let other = gpu.device.alloc_zeroed::<i32>(1)?;
     let shape = GraphDefinition::new(&gpu.device)?;
     k(&shape, &[], &add_one, one(), args![&other])?;
-    let mut exec = shape.instantiate()?;
+    let exec = shape.instantiate()?;
     exec.update(&source)?;
     source.destroy_node(ka)?;
     drop(source);

@@ -272,7 +272,7 @@ fn child_graph_view_extends_the_node_and_dies_with_it(gpu: &Gpu) -> TestResult {
     assert!(matches!(view.instantiate(), Err(Error::InvalidArgument(_))));
     assert!(matches!(view.try_clone(), Err(Error::InvalidArgument(_))));
     // An exec update of a node inside it is refused (the child-graph node is the unit).
-    let mut g = parent.instantiate()?;
+    let g = parent.instantiate()?;
     // SAFETY: add_one(int*).
     let params = unsafe { NodeParams::kernel_unchecked(&gpu.f("add_one"), one(), args![&buf]) };
     assert!(g.set_params(&second, params).is_err());
@@ -335,7 +335,7 @@ fn nested_nodes_die_with_the_node_above_them(gpu: &Gpu) -> TestResult {
     let h3 = parent.create_conditional_handle(Some(1))?;
     let (_c2, inner_body) = outer_body.add_if(&[], &h3)?;
     let deepest = inner_body.add_memset(&[], &buf, 2i32)?;
-    let mut g = parent.instantiate()?;
+    let g = parent.instantiate()?;
     parent.destroy_node(node)?;
     parent.destroy_node(outer_if)?;
     for (what, r) in [
@@ -454,7 +454,7 @@ fn conditional_in_a_child_graph_tests_the_outer_handle(gpu: &Gpu) -> TestResult 
     let (_n, body) = view.add_if(&[], &h)?;
     // add_one(int*)
     let inner = k(&body, &[], &gpu.f("add_one"), args![&buf])?;
-    let mut g = parent.instantiate()?;
+    let g = parent.instantiate()?;
     launch(gpu, &g)?;
     assert_eq!(buf.to_vec()?, [1]);
     // A node in a body inside the child's graph is not the exec's to update on its own.
@@ -484,7 +484,7 @@ fn device_launch_runs_a_graph_from_a_kernel(gpu: &Gpu) -> TestResult {
     ));
     drop(plain);
     let options = InstantiateOptions::new().device_launch(true);
-    let mut inner = inner_def.instantiate_with(&options)?;
+    let inner = inner_def.instantiate_with(&options)?;
     let handle = inner.device_handle()?;
     assert_eq!(handle.raw(), inner.device_handle()?.raw());
     // Once a handle exists, updates are refused (device code may be launching it).
@@ -528,11 +528,18 @@ fn device_launch_runs_a_graph_from_a_kernel(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     k(&def, &[], &gpu.f("add_one"), args![&buf])?;
     let mut cache = GraphCache::new(options);
-    assert_eq!(cache.refresh(&def)?, CacheOutcome::Instantiated);
+    assert_eq!(
+        cache.refresh(&def)?,
+        CacheOutcome::Instantiated { refused: None }
+    );
     assert_eq!(cache.refresh(&def)?, CacheOutcome::Updated);
     let held = cache.graph().expect("an exec").device_handle()?;
     assert!(cache.graph().is_some_and(Graph::has_device_handle));
-    assert_eq!(cache.refresh(&def)?, CacheOutcome::Instantiated);
+    // Not asked to update: the exec handed out a device handle.
+    assert_eq!(
+        cache.refresh(&def)?,
+        CacheOutcome::Instantiated { refused: None }
+    );
     assert!(!cache.graph().is_some_and(Graph::has_device_handle));
     drop(held);
 

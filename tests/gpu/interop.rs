@@ -524,7 +524,7 @@ fn every_operation_after(gpu: &Gpu, what: &str, leave: &dyn Fn() -> TestResult) 
     let info = def.node_info(&a)?;
     assert_eq!(info.arg::<u64>(0), Some(buf.device_ptr()));
     step("instantiate")?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     step("exec set_params")?;
     g.set_params(&a, NodeParams::kernel(&typed, one(), &buf)?)?;
     step("upload")?;

@@ -89,7 +89,7 @@ fn typed_launches_in_every_front_end(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     let k = def.add_kernel(&[], &affine, one(), (&buf, 1, -60))?;
     let c = def.add_kernel(&[&k], &copy, one(), (&buf, &dst, 4))?;
-    let mut exec = def.instantiate()?;
+    let exec = def.instantiate()?;
     exec.launch(&s)?;
     s.synchronize()?;
     assert_eq!(dst.to_vec()?, [1, 0, 1, 0]);
@@ -215,7 +215,7 @@ fn untyped_arguments_borrow_and_what_is_made_from_them_holds(gpu: &Gpu) -> TestR
     // SAFETY: as above.
     let k =
         unsafe { def.add_kernel_unchecked(&[], &add_one, one(), &KernelArgs::new().arg(&buf))? };
-    let mut exec = def.instantiate()?;
+    let exec = def.instantiate()?;
     // Parameters made from borrowed arguments outlive the buffer's handle.
     let (params, other_watch) = {
         let other = gpu.device.alloc_zeroed::<i32>(1)?;

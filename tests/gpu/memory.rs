@@ -598,7 +598,7 @@ fn graphs_wait_for_the_stream_ordered_memory_they_use(gpu: &Gpu) -> TestResult {
     let other = gpu.device.alloc_zeroed::<i32>(4)?;
     let def = GraphDefinition::new(&gpu.device)?;
     let node = def.add_kernel(&[], &fill, one(), (&other, 4, 1))?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     g.launch(&c)?;
     c.synchronize()?;
     a.launch(&spin, one(), 200_000_000u64)?;

@@ -195,7 +195,7 @@ fn exec_update_changes_the_next_launch(gpu: &Gpu) -> TestResult {
     let m = def.add_memset(&[], &a, 5i32)?;
     // affine(int*, int, int): a = 5 * 2 + 1
     let kn = k(&def, &[&m], &affine, args![&a, 2i32, 1i32])?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     g.set_params(&m, NodeParams::memset(&a, 7i32)?)?;
     // affine(int*, int, int): a = 7 * 3 + 1
     g.set_params(&kn, kp(&affine, args![&a, 3i32, 1i32]))?;
@@ -223,7 +223,7 @@ fn exec_update_releases_replaced_owners_after_launches(gpu: &Gpu) -> TestResult 
     // spin(unsigned long long ns), then copy_i32(const int*, int*, int)
     let s = k(&def, &[], &gpu.f("spin"), args![300_000_000u64])?;
     let c = k(&def, &[&s], &copy, args![&src1, &dst, 1i32])?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     // copy_i32(const int*, int*, int)
     g.set_params(&c, kp(&copy, args![&src2, &dst, 1i32]))?;
     drop(src2);
@@ -265,7 +265,7 @@ fn disabled_node_does_not_run(gpu: &Gpu) -> TestResult {
     // add_one(int*)
     let kn = k(&def, &[], &gpu.f("add_one"), args![&a])?;
     let m = def.add_memset(&[&kn], &a, 0i32)?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     g.set_enabled(&m, false)?;
     assert!(g.is_enabled(&kn)? && !g.is_enabled(&m)?);
     launch(gpu, &g)?;
@@ -292,7 +292,7 @@ fn refused_updates_change_nothing(gpu: &Gpu) -> TestResult {
     // add_one(int*)
     let kn = k(&def, &[], &add_one, args![&a])?;
     let m = def.add_memset(&[], &b, 0i32)?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     let x = gpu.device.alloc_zeroed::<i32>(4)?;
     let watch_x = x.release_observer();
     let other = GraphDefinition::new(&gpu.device)?;
@@ -355,7 +355,7 @@ fn captured_nodes_update_an_exec(gpu: &Gpu) -> TestResult {
     // SAFETY: add_one(int*).
     unsafe { bld.launch_unchecked(&add_one, one(), &args![&a])? };
     let ended = bld.end_building()?;
-    let mut g = ended.instantiate()?;
+    let g = ended.instantiate()?;
     let view = ended.graph_definition()?;
     let nodes = view.nodes()?;
     assert_eq!(nodes.len(), 1);
@@ -370,7 +370,7 @@ fn captured_nodes_update_an_exec(gpu: &Gpu) -> TestResult {
 fn host_callback_updates(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     let (h, first) = def.add_host_callback(&[], || {})?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     let (p, second) = NodeParams::host_callback(|| {});
     g.set_params(&h, p)?;
     launch(gpu, &g)?;
@@ -416,7 +416,7 @@ fn child_graph_exec_update(gpu: &Gpu) -> TestResult {
     );
     let def = GraphDefinition::new(&gpu.device)?;
     let ch = def.add_child_graph(&[], &memset_child(gpu, &a, 1)?)?;
-    let mut g = def.instantiate()?;
+    let g = def.instantiate()?;
     let watch_b = b.release_observer();
     g.set_params(&ch, NodeParams::child_graph(&memset_child(gpu, &b, 2)?)?)?;
     let b_copy = b.clone();
@@ -464,7 +464,10 @@ fn cache_updates_or_instantiates(gpu: &Gpu) -> TestResult {
         bld.end_building()
     };
     assert!(cache.launch(&stream).is_err(), "nothing cached yet");
-    assert_eq!(cache.refresh(&step(1, &a)?)?, CacheOutcome::Instantiated);
+    assert_eq!(
+        cache.refresh(&step(1, &a)?)?,
+        CacheOutcome::Instantiated { refused: None }
+    );
     cache.launch(&stream)?;
     // Same topology, another buffer, which only the cache holds.
     let watch_b = b.release_observer();
@@ -476,8 +479,13 @@ fn cache_updates_or_instantiates(gpu: &Gpu) -> TestResult {
     assert_eq!(b_copy.to_vec()?, [1]);
     drop(b_copy);
     assert!(stays(|| !watch_b.is_released()), "the updated exec uses b");
-    // Another topology: instantiated again; the replaced exec lets b go.
-    assert_eq!(cache.refresh(&step(2, &a)?)?, CacheOutcome::Instantiated);
+    // Another topology: instantiated again, saying why; the replaced exec lets b go.
+    assert_eq!(
+        cache.refresh(&step(2, &a)?)?,
+        CacheOutcome::Instantiated {
+            refused: Some(cuda_graph::UpdateFailure::TopologyChanged)
+        }
+    );
     cache.launch(&stream)?;
     stream.synchronize()?;
     assert_eq!(a.to_vec()?, [3]);

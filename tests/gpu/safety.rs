@@ -685,7 +685,7 @@ fn forgotten_body_blocks_complete_and_node_destruction(gpu: &Gpu) -> TestResult 
         Err(Error::InvalidArgument(m)) => assert!(m.contains("still records"), "{m}"),
         other => return Err(format!("embedding: {other:?}").into()),
     }
-    let mut other = complete({
+    let other = complete({
         let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
         // SAFETY: add_one(int*).
         unsafe { b.launch_unchecked(&add_one, one(), &args![&buf])? };
@@ -1236,7 +1236,7 @@ fn one_launch_graph(
 /// once they have finished — not kept for the exec's life.
 fn update_sources_are_released_once_their_launches_end(gpu: &Gpu) -> TestResult {
     let a = gpu.device.alloc_zeroed::<i32>(1)?;
-    let mut g = complete(one_launch_graph(gpu, &a)?)?;
+    let g = complete(one_launch_graph(gpu, &a)?)?;
     let s = gpu.stream();
     let b = gpu.device.alloc_zeroed::<i32>(1)?;
     let wb = b.release_observer();
@@ -1328,7 +1328,7 @@ fn conditional_execs_updated_while_their_launches_run(gpu: &Gpu) -> TestResult {
         p.end_building()
     };
     const CYCLES: i32 = 500;
-    let mut g = spinning()?.instantiate()?;
+    let g = spinning()?.instantiate()?;
     for _ in 0..CYCLES {
         g.update(&spinning()?)?;
         g.launch(&s)?;
@@ -1336,7 +1336,7 @@ fn conditional_execs_updated_while_their_launches_run(gpu: &Gpu) -> TestResult {
     s.synchronize()?;
     drop(g);
     assert_eq!(buf.to_vec()?, [CYCLES]);
-    let mut g = if_default_one(gpu, &buf)?.instantiate()?;
+    let g = if_default_one(gpu, &buf)?.instantiate()?;
     for _ in 0..CYCLES {
         g.update(&if_default_one(gpu, &buf)?)?;
         g.launch(&s)?;
@@ -1463,7 +1463,7 @@ fn exec_updates_in_a_host_callback_are_refused(gpu: &Gpu) -> TestResult {
         let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
         let (exec, def, node) = (exec.clone(), def.try_clone()?, node);
         b.add_host_callback(move || {
-            let Ok(mut g) = exec.lock() else { return };
+            let Ok(g) = exec.lock() else { return };
             let Some(params) = params.lock().ok().and_then(|mut p| p.take()) else {
                 return;
             };
@@ -1656,7 +1656,7 @@ fn a_whole_graph_update_releases_what_the_exec_was_instantiated_with(gpu: &Gpu) 
     let (first, second) = (Arc::new(()), Arc::new(()));
     let (watch_first, watch_second) = (Arc::downgrade(&first), Arc::downgrade(&second));
     let a = made(first)?;
-    let mut exec = a.instantiate()?;
+    let exec = a.instantiate()?;
     drop(a);
     let s = gpu.stream();
     exec.launch(&s)?;
@@ -1706,7 +1706,7 @@ fn a_per_node_update_of_an_exec_releases_what_the_node_was_instantiated_with(
     let (host, _) = def.add_host_callback(&[], move || {
         let _ = &token;
     })?;
-    let mut exec = def.instantiate()?;
+    let exec = def.instantiate()?;
     drop(def);
     let s = gpu.stream();
     exec.launch(&s)?;
