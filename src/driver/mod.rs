@@ -19,12 +19,14 @@ pub(crate) mod context;
 pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod graph;
+pub(crate) mod handoff;
 pub(crate) mod memory;
 pub(crate) mod module;
 #[cfg(feature = "nvrtc")]
 pub(crate) mod nvrtc;
 pub(crate) mod release;
 pub(crate) mod stream;
+pub(crate) mod sync;
 pub(crate) mod tree_lock;
 
 pub use crate::version::DriverVersion;

@@ -9,55 +9,46 @@
 //! So a handle's destructor ([`destroy`]) frees at once when none of these holds, and otherwise
 //! hands the work to the release thread, which frees it as soon as no `Global` capture records.
 //! `Relaxed` captures forbid nothing and defer nothing. The check and the free happen under the
-//! read side of [`GATE`]; a `Global` capture takes the write side to begin, so no free can fall
-//! between "no Global capture is active" and the free itself.
+//! read side of a gate; a `Global` capture takes the write side to begin, so no free can fall
+//! between "no Global capture is active" and the free itself. That protocol, without the driver,
+//! is [`super::handoff`], where loom models check it.
 //!
 //! The release thread also drops the values that execs release after their last launch (a host
 //! function queued behind it, on the driver's thread, must not call CUDA itself), with no lock held, so such a value's `Drop`
 //! may call back into the crate (even begin a capture). It runs in relaxed capture mode.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
 use super::drv;
+pub(crate) use super::handoff::{contain, in_host_callback, thread_may_destroy, Job, Restricts};
+use super::handoff::{Handoff, Msg};
 
 static_assertions::assert_eq_size!(u32, sys::CUstreamCaptureMode);
 static_assertions::assert_eq_align!(u32, sys::CUstreamCaptureMode);
 
-/// Work for the release thread.
-pub(crate) type Job = Box<dyn FnOnce() + Send>;
-
-enum Msg {
-    /// Drop a value (run a job that may run user code).
-    Run(Job),
-    /// Something may have become destroyable: try the deferred destroys.
-    Wake,
+/// The process's destroys, captures and release thread (the protocol itself, with its rules and
+/// the loom models that check it, is in [`super::handoff`]).
+#[cfg(not(loom))]
+static HANDOFF: Handoff<Thread> = Handoff::new(Thread);
+// Loom's primitives are made inside a model; nothing under `--cfg loom` runs this one.
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref HANDOFF: Handoff<Thread> = Handoff::new(Thread);
 }
 
-/// `Global` captures recording now, process-wide.
-static GLOBAL_ACTIVE: AtomicUsize = AtomicUsize::new(0);
-/// Read: a destroy is checking and running. Write: a `Global` capture is beginning.
-static GATE: RwLock<()> = RwLock::new(());
-/// Destroys that could not run when asked; the release thread (or the next destroy) runs them.
-static DEFERRED: Mutex<Vec<Job>> = Mutex::new(Vec::new());
-/// Held while destroys run: one at a time, in the order asked (see [`run_in_order`]).
-static ORDER: Mutex<()> = Mutex::new(());
 static THREAD: OnceLock<Option<Mutex<Sender<Msg>>>> = OnceLock::new();
 
-thread_local! {
-    /// Captures begun on this thread in `Global` or `ThreadLocal` mode and still recording.
-    static LOCAL_ACTIVE: Cell<usize> = const { Cell::new(0) };
-    /// Set while a host callback's closure runs on this (driver) thread.
-    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
-    /// Set while this thread runs destroys (in [`run_in_order`], holding [`ORDER`]).
-    static IN_ORDER: Cell<bool> = const { Cell::new(false) };
-    /// Set when a destroy job on this thread asked for another destroy (queued in [`DEFERRED`]).
-    static ASKED_IN_ORDER: Cell<bool> = const { Cell::new(false) };
+/// The release thread, started when first needed.
+struct Thread;
+
+impl super::handoff::ReleaseThread for Thread {
+    fn send(&self, msg: Msg) -> bool {
+        send(msg)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -72,13 +63,7 @@ fn sender() -> Option<&'static Mutex<Sender<Msg>>> {
                 .name("cuda-graph-release".into())
                 .spawn(move || {
                     exchange_capture_mode(RELAXED);
-                    for msg in rx {
-                        if let Msg::Run(job) = msg {
-                            // A panicking destructor must not take the thread down.
-                            contain(job);
-                        }
-                        run_deferred();
-                    }
+                    HANDOFF.serve(rx);
                 })
                 .ok()
                 .map(|_| Mutex::new(tx))
@@ -91,65 +76,6 @@ fn send(msg: Msg) -> bool {
         Some(tx) => lock(tx).send(msg).is_ok(),
         None => false,
     }
-}
-
-/// Runs the deferred destroys if no `Global` capture records (on the release thread).
-fn run_deferred() {
-    if GLOBAL_ACTIVE.load(Ordering::SeqCst) != 0 {
-        return;
-    }
-    let _gate = GATE.read().unwrap_or_else(|p| p.into_inner());
-    if GLOBAL_ACTIVE.load(Ordering::SeqCst) != 0 {
-        return;
-    }
-    run_in_order(|| {});
-}
-
-/// Runs the deferred destroys, then `job`, holding [`ORDER`]: destroys run one at a time and in
-/// the order they were asked for, whichever thread runs them. (An exec whose destroy was
-/// deferred, then its source graph destroyed at once on another thread, would otherwise be
-/// destroyed beside it — a pattern driver 13.0 crashed on.) The caller holds the read side of
-/// [`GATE`] with no `Global` capture recording. Destroy jobs only call the driver; none waits for
-/// a lock a host callback takes (callbacks only defer). A job may drop the last handle of another
-/// object (a stream-ordered buffer's free holds its stream): that destroy is queued while this
-/// runs ([`destroy`] sees [`IN_ORDER`]) and run here after the job, never waiting for [`ORDER`]
-/// on the thread that holds it.
-fn run_in_order(job: impl FnOnce()) {
-    let _order = lock(&ORDER);
-    IN_ORDER.with(|c| c.set(true));
-    run_queued();
-    contain(job);
-    if ASKED_IN_ORDER.with(|c| c.replace(false)) {
-        run_queued();
-    }
-    IN_ORDER.with(|c| c.set(false));
-}
-
-/// Runs the deferred destroys, and those they ask for, until none is left (under [`ORDER`]).
-fn run_queued() {
-    loop {
-        let jobs = std::mem::take(&mut *lock(&DEFERRED));
-        if jobs.is_empty() {
-            return;
-        }
-        for deferred in jobs {
-            contain(deferred);
-        }
-        ASKED_IN_ORDER.with(|c| c.set(false));
-    }
-}
-
-/// Runs `f`, containing a panic: the panic's payload is leaked, not dropped, since its own `Drop`
-/// may panic again (which would take down the release thread, or unwind into the driver).
-pub(crate) fn contain(f: impl FnOnce()) {
-    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        std::mem::forget(payload);
-    }
-}
-
-/// Whether this thread runs a host callback's closure now (a driver thread: no CUDA calls).
-pub(crate) fn in_host_callback() -> bool {
-    IN_CALLBACK.with(|c| c.get())
 }
 
 /// Runs `job` (typically dropping a value that may own crate resources) on the release thread. If
@@ -165,34 +91,10 @@ pub(crate) fn later(job: Job) {
     }
 }
 
-/// Whether this thread may call a destroying driver function now, as far as its own state goes.
-pub(crate) fn thread_may_destroy() -> bool {
-    LOCAL_ACTIVE.with(|n| n.get()) == 0 && !IN_CALLBACK.with(|c| c.get())
-}
-
 /// Runs a driver destructor now, or on the release thread while a capture or a callback forbids
-/// it here. `job` must only call the driver (no user code).
+/// it here (see [`Handoff::destroy`]). `job` must only call the driver (no user code).
 pub(crate) fn destroy(job: impl FnOnce() + Send + 'static) {
-    if IN_ORDER.with(Cell::get) {
-        // Asked by a destroy job (it dropped another object's last handle): the `run_in_order`
-        // running on this thread runs it next.
-        lock(&DEFERRED).push(Box::new(job));
-        ASKED_IN_ORDER.with(|c| c.set(true));
-        return;
-    }
-    if thread_may_destroy() {
-        let gate = GATE.read().unwrap_or_else(|p| p.into_inner());
-        if GLOBAL_ACTIVE.load(Ordering::SeqCst) == 0 {
-            run_in_order(job);
-            drop(gate);
-            return;
-        }
-    }
-    lock(&DEFERRED).push(Box::new(job));
-    if !send(Msg::Wake) {
-        // No release thread: leak rather than destroy at an unsafe time.
-        std::mem::forget(std::mem::take(&mut *lock(&DEFERRED)));
-    }
+    HANDOFF.destroy(job);
 }
 
 /// A handle's destructor: makes `ctx` current and calls `destroy(raw)`, now or later (see
@@ -254,28 +156,17 @@ pub(crate) fn in_callback<R>(f: impl FnOnce() -> R) -> R {
     struct Reset(bool, usize);
     impl Drop for Reset {
         fn drop(&mut self) {
-            IN_CALLBACK.with(|c| c.set(self.0));
+            super::handoff::set_in_host_callback(self.0);
             super::context::restore_bound(self.1);
         }
     }
     // The thread's record of a bound context is forgotten meanwhile, so that no bind takes the
     // shortcut past the refusal (see `take_bound`).
     let _reset = Reset(
-        IN_CALLBACK.with(|c| c.replace(true)),
+        super::handoff::set_in_host_callback(true),
         super::context::take_bound(),
     );
     f()
-}
-
-/// How a capture restricts destroys while it records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Restricts {
-    /// `Global`: every thread.
-    Everyone,
-    /// `ThreadLocal`: the capturing thread.
-    ThisThread,
-    /// `Relaxed`: nothing.
-    Nothing,
 }
 
 impl Restricts {
@@ -304,44 +195,14 @@ impl CaptureActive {
     /// Call before the capture begins. For a `Global` capture this waits for a destroy that is
     /// running on another thread to finish.
     pub(crate) fn new(restricts: Restricts) -> Self {
-        match restricts {
-            Restricts::Everyone => {
-                let _gate = GATE.write().unwrap_or_else(|p| p.into_inner());
-                GLOBAL_ACTIVE.fetch_add(1, Ordering::SeqCst);
-                LOCAL_ACTIVE.with(|n| n.set(n.get() + 1));
-            }
-            Restricts::ThisThread => LOCAL_ACTIVE.with(|n| n.set(n.get() + 1)),
-            Restricts::Nothing => {}
-        }
+        HANDOFF.begin_capture(restricts);
         CaptureActive(restricts)
     }
 }
 
 impl Drop for CaptureActive {
     fn drop(&mut self) {
-        match self.0 {
-            Restricts::Everyone => {
-                LOCAL_ACTIVE.with(|n| n.set(n.get().saturating_sub(1)));
-                if GLOBAL_ACTIVE.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    wake_if_deferred();
-                }
-            }
-            Restricts::ThisThread => {
-                LOCAL_ACTIVE.with(|n| n.set(n.get().saturating_sub(1)));
-                wake_if_deferred();
-            }
-            Restricts::Nothing => {}
-        }
-    }
-}
-
-/// Wakes the release thread for the deferred destroys, if there are any. A destroy deferred
-/// after the check sends its own wake-up once it is queued, and the release thread then sees
-/// this capture ended (the counters were updated before the check). Waking the thread
-/// unconditionally cost every capture's end a message to the release thread and a wake-up.
-fn wake_if_deferred() {
-    if !lock(&DEFERRED).is_empty() {
-        send(Msg::Wake);
+        HANDOFF.end_capture(self.0);
     }
 }
 
@@ -369,14 +230,10 @@ unsafe extern "C" fn run_later(p: *mut std::ffi::c_void) {
 /// capture forbids the call on this thread (`false` otherwise, and on any error). The stream's
 /// context must be current and the stream must not be capturing.
 pub(crate) fn stream_idle_now(stream: sys::CUstream) -> bool {
-    if !thread_may_destroy() {
-        return false;
-    }
-    let _gate = GATE.read().unwrap_or_else(|p| p.into_inner());
     // SAFETY: the caller's promise: `stream` is live and its context current; no Global capture
-    // records (checked under the gate) and none of this thread's captures does, so the query
-    // cannot invalidate a capture.
-    GLOBAL_ACTIVE.load(Ordering::SeqCst) == 0 && unsafe { drv!(cuStreamQuery(stream)) }.is_ok()
+    // records (checked under the gate, held while the query runs) and none of this thread's
+    // captures does, so the query cannot invalidate a capture.
+    HANDOFF.if_destroy_allowed(|| unsafe { drv!(cuStreamQuery(stream)) }.is_ok()) == Some(true)
 }
 
 /// Runs `job` on the release thread once `stream` has finished the work queued on it so far
@@ -393,7 +250,7 @@ pub(crate) fn after_stream(stream: sys::CUstream, job: Job) -> Result<(), (crate
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     //! The deferral rules, without a driver: the jobs here call no CUDA, so only where and when
     //! they run is checked. The tests share process-wide state, so they run one at a time.
@@ -493,8 +350,7 @@ mod tests {
         destroy(entry("exec", true));
         // Ends the capture without waking the release thread (the state `drop(active)` leaves
         // until that thread runs).
-        GLOBAL_ACTIVE.fetch_sub(1, Ordering::SeqCst);
-        LOCAL_ACTIVE.with(|n| n.set(n.get().saturating_sub(1)));
+        HANDOFF.end_global_capture_quietly();
         std::mem::forget(active);
         let source = entry("source", false);
         std::thread::spawn(move || destroy(source))
