@@ -1068,8 +1068,8 @@ pub(crate) struct TreeState {
 }
 
 // The cache-line plan above (`GraphHandle` starts on a line: `repr(C, align(64))`). Loom's
-// atomics (`--cfg loom`, src/driver/sync.rs) are larger than `std`'s.
-#[cfg(not(loom))]
+// atomics (`--cfg cuda_graph_loom`, src/driver/sync.rs) are larger than `std`'s.
+#[cfg(not(cuda_graph_loom))]
 const _: () = {
     use std::mem::offset_of;
     let state = offset_of!(GraphHandle, tree) + TreeLock::<TreeState>::VALUE_OFFSET;

@@ -14,7 +14,7 @@
 use std::cell::Cell;
 use std::sync::PoisonError;
 
-// `std`'s types, or loom's under `--cfg loom`.
+// `std`'s types, or loom's under `--cfg cuda_graph_loom`.
 use super::sync::{thread_local_const, AtomicUsize, Mutex, MutexGuard, Ordering, RwLock};
 
 /// Work for the release thread.
@@ -78,9 +78,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) fn contain(f: impl FnOnce()) {
     // Under loom a panic is how the checker reports what it found (a deadlock, a failed check in
     // a job): it must reach the model.
-    #[cfg(loom)]
+    #[cfg(cuda_graph_loom)]
     f();
-    #[cfg(not(loom))]
+    #[cfg(not(cuda_graph_loom))]
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         std::mem::forget(payload);
     }
@@ -102,7 +102,7 @@ pub(crate) fn thread_may_destroy() -> bool {
 }
 
 impl<R> Handoff<R> {
-    #[cfg(not(loom))]
+    #[cfg(not(cuda_graph_loom))]
     pub(crate) const fn new(thread: R) -> Self {
         Handoff {
             global_active: AtomicUsize::new(0),
@@ -113,7 +113,7 @@ impl<R> Handoff<R> {
         }
     }
 
-    #[cfg(loom)]
+    #[cfg(cuda_graph_loom)]
     pub(crate) fn new(thread: R) -> Self {
         Handoff {
             global_active: AtomicUsize::new(0),
@@ -125,7 +125,7 @@ impl<R> Handoff<R> {
     }
 
     /// The release thread.
-    #[cfg(all(test, loom))]
+    #[cfg(all(test, cuda_graph_loom))]
     pub(crate) fn thread(&self) -> &R {
         &self.thread
     }
@@ -143,7 +143,7 @@ impl<R> Handoff<R> {
 
     /// Ends a `Global` capture without waking the release thread (the state that ending one
     /// leaves until the release thread runs).
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(cuda_graph_loom)))]
     pub(crate) fn end_global_capture_quietly(&self) {
         self.global_active.fetch_sub(1, Ordering::SeqCst);
         LOCAL_ACTIVE.with(|n| n.set(n.get().saturating_sub(1)));
@@ -279,7 +279,7 @@ impl<R: ReleaseThread> Handoff<R> {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, cuda_graph_loom))]
 mod loom_tests {
     //! Loom models of the hand-off: loom runs each model once per interleaving of its threads
     //! with at most 5 preemptions (4 suffice to find a release thread that runs the queue
@@ -289,7 +289,7 @@ mod loom_tests {
     //! and release thread (`serve` over a channel closed at the end, as `std::sync::mpsc`'s
     //! queue: messages are never lost or merged). Jobs record what they saw in atomics (and
     //! `contain` lets panics through under loom); the model checks the records at the end.
-    //! Run with `RUSTFLAGS="--cfg loom" cargo test --release --lib loom` (see docs/DESIGN.md).
+    //! Run with `RUSTFLAGS="--cfg cuda_graph_loom" cargo test --release --lib loom` (see docs/DESIGN.md).
 
     use super::*;
     use loom::sync::{Arc, Condvar};

@@ -32,10 +32,10 @@ static_assertions::assert_eq_align!(u32, sys::CUstreamCaptureMode);
 
 /// The process's destroys, captures and release thread (the protocol itself, with its rules and
 /// the loom models that check it, is in [`super::handoff`]).
-#[cfg(not(loom))]
+#[cfg(not(cuda_graph_loom))]
 static HANDOFF: Handoff<Thread> = Handoff::new(Thread);
-// Loom's primitives are made inside a model; nothing under `--cfg loom` runs this one.
-#[cfg(loom)]
+// Loom's primitives are made inside a model; nothing under `--cfg cuda_graph_loom` runs this one.
+#[cfg(cuda_graph_loom)]
 loom::lazy_static! {
     static ref HANDOFF: Handoff<Thread> = Handoff::new(Thread);
 }
@@ -250,7 +250,7 @@ pub(crate) fn after_stream(stream: sys::CUstream, job: Job) -> Result<(), (crate
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(cuda_graph_loom)))]
 mod tests {
     //! The deferral rules, without a driver: the jobs here call no CUDA, so only where and when
     //! they run is checked. The tests share process-wide state, so they run one at a time.

@@ -1,32 +1,32 @@
 //! The synchronisation primitives of the tree lock ([`super::tree_lock`]) and of the destroy
 //! hand-off ([`super::handoff`]): `std`'s, or the `loom` model checker's when built with
-//! `--cfg loom` (see docs/DESIGN.md, "Model-checking the tree lock and the hand-off"). Ordinary
+//! `--cfg cuda_graph_loom` (see docs/DESIGN.md, "Model-checking the tree lock and the hand-off"). Ordinary
 //! builds get `std`'s types themselves, and a cell whose accessors are `UnsafeCell::get`
 //! inlined: nothing is added to the code that uses them.
 
-#[cfg(loom)]
+#[cfg(cuda_graph_loom)]
 pub(crate) use loom::hint::spin_loop;
-#[cfg(loom)]
+#[cfg(cuda_graph_loom)]
 pub(crate) use loom::sync::{
     atomic::{AtomicBool, AtomicU32, AtomicUsize},
     Condvar, Mutex, MutexGuard, RwLock,
 };
-#[cfg(not(loom))]
+#[cfg(not(cuda_graph_loom))]
 pub(crate) use std::hint::spin_loop;
 pub(crate) use std::sync::atomic::Ordering;
-#[cfg(not(loom))]
+#[cfg(not(cuda_graph_loom))]
 pub(crate) use std::sync::{
     atomic::{AtomicBool, AtomicU32, AtomicUsize},
     Condvar, Mutex, MutexGuard, RwLock,
 };
 
 /// `std::thread_local!` with `const` initialisers, or loom's (fresh in every execution of a
-/// model) under `--cfg loom`.
+/// model) under `--cfg cuda_graph_loom`.
 macro_rules! thread_local_const {
     ($($(#[$attr:meta])* static $name:ident: $t:ty = $init:expr;)*) => {
-        #[cfg(not(loom))]
+        #[cfg(not(cuda_graph_loom))]
         std::thread_local! { $($(#[$attr])* static $name: $t = const { $init };)* }
-        #[cfg(loom)]
+        #[cfg(cuda_graph_loom)]
         loom::thread_local! { $($(#[$attr])* static $name: $t = $init;)* }
     };
 }
@@ -34,11 +34,11 @@ pub(crate) use thread_local_const;
 
 /// `std::cell::UnsafeCell` with the pointer taken for reading or for writing. Under loom each
 /// access is recorded, so that two accesses not ordered by the lock are reported as a race.
-#[cfg(not(loom))]
+#[cfg(not(cuda_graph_loom))]
 #[repr(transparent)]
 pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
-#[cfg(not(loom))]
+#[cfg(not(cuda_graph_loom))]
 impl<T> UnsafeCell<T> {
     pub(crate) const fn new(value: T) -> Self {
         UnsafeCell(std::cell::UnsafeCell::new(value))
@@ -62,10 +62,10 @@ impl<T> UnsafeCell<T> {
     }
 }
 
-#[cfg(loom)]
+#[cfg(cuda_graph_loom)]
 pub(crate) struct UnsafeCell<T>(loom::cell::UnsafeCell<T>);
 
-#[cfg(loom)]
+#[cfg(cuda_graph_loom)]
 impl<T> UnsafeCell<T> {
     pub(crate) fn new(value: T) -> Self {
         UnsafeCell(loom::cell::UnsafeCell::new(value))
@@ -90,7 +90,7 @@ impl<T> UnsafeCell<T> {
 /// Runs the loom model `f` over every interleaving that preempts threads at most `preemptions`
 /// times in all (`LOOM_MAX_PREEMPTIONS` overrides it; unbounded, the larger models take
 /// minutes to hours). The bounds the models pass here keep the whole run near a minute.
-#[cfg(all(test, loom))]
+#[cfg(all(test, cuda_graph_loom))]
 pub(crate) fn model(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound.get_or_insert(preemptions);

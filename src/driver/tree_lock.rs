@@ -18,7 +18,7 @@ use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::PoisonError;
 use std::time::Duration;
 
-// `std`'s types, or loom's under `--cfg loom` (the models at the end of this file).
+// `std`'s types, or loom's under `--cfg cuda_graph_loom` (the models at the end of this file).
 use super::sync::{spin_loop, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, UnsafeCell};
 
 /// How long a thread waiting for the lock sleeps before it looks again, woken or not.
@@ -26,7 +26,7 @@ const NAP: Duration = Duration::from_millis(1);
 
 /// How many times a thread that finds the lock taken looks again before it sleeps (under loom
 /// once: each look is a yield there, and more of them only multiply the interleavings).
-const SPINS: u32 = if cfg!(loom) { 1 } else { 64 };
+const SPINS: u32 = if cfg!(cuda_graph_loom) { 1 } else { 64 };
 
 /// A mutual-exclusion lock around a `T` (see the module's documentation).
 ///
@@ -68,7 +68,7 @@ impl<T> std::fmt::Debug for TreeLock<T> {
 
 impl<T> TreeLock<T> {
     /// Where the value starts in the lock (for layout checks; none under loom).
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(cuda_graph_loom, allow(dead_code))]
     pub(crate) const VALUE_OFFSET: usize = std::mem::offset_of!(TreeLock<T>, value);
 
     pub(crate) fn new(value: T) -> Self {
@@ -197,7 +197,7 @@ impl<T: std::fmt::Debug> std::fmt::Debug for TreeGuard<'_, T> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(cuda_graph_loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;
@@ -310,7 +310,7 @@ mod tests {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, cuda_graph_loom))]
 mod loom_tests {
     //! Loom models of the lock: loom runs each model once per interleaving of its threads (with
     //! at most the preemptions each model names), with the loads of atomics allowed every value
@@ -324,7 +324,7 @@ mod loom_tests {
     //! the sleeper round its loop to sleep again, from a state the model already explores, so
     //! the clock leaves those out.) Without the clock, loom finds a sleeper that waits forever:
     //! the missed wake-up the module's documentation describes. Run with
-    //! `RUSTFLAGS="--cfg loom" cargo test --release --lib loom` (see docs/DESIGN.md).
+    //! `RUSTFLAGS="--cfg cuda_graph_loom" cargo test --release --lib loom` (see docs/DESIGN.md).
 
     use super::*;
     use loom::sync::Arc;
