@@ -261,7 +261,7 @@ impl Device {
     /// e.g. `cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation
     /// failed`. PTX made by a newer toolkit than the driver is refused that way too: ship PTX
     /// from a toolkit no newer than the oldest driver you support, or compile at run time
-    /// ([`compile`](Self::compile)).
+    /// (`Device::compile`, feature `nvrtc`).
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
