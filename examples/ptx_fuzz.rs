@@ -21,21 +21,7 @@ use std::process::{Command, Stdio};
 use cuda_graph::prelude::*;
 
 /// The hand-written PTX (the GPU test `foundation::ptx_text_loads_safely_and_runs` runs it).
-const STORE7_PTX: &str = r#"
-.version 7.0
-.target sm_52
-.address_size 64
-.visible .entry store7(.param .u64 p)
-{
-    .reg .b64 %rd<3>;
-    .reg .b32 %r<2>;
-    ld.param.u64 %rd1, [p];
-    cvta.to.global.u64 %rd2, %rd1;
-    mov.u32 %r1, 7;
-    st.global.u32 [%rd2], %r1;
-    ret;
-}
-"#;
+const STORE7_PTX: &str = include_str!("../tests/kernels/store7.ptx");
 
 /// Kernels with loops, shared memory, atomics and branches, for NVRTC to make a larger PTX of.
 const SOURCE: &str = r#"

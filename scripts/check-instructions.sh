@@ -11,10 +11,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/stub-host-cost.sh
-count() { # case n -> instructions
-  LD_LIBRARY_PATH="$PWD/$stub" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
-    sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
-}
 # case, ceiling per node (or per cycle for `cycle`), what the count was when the ceiling was set.
 # The ceilings leave about 5 % for toolchain and dependency drift.
 ceilings=(

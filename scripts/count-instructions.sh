@@ -10,10 +10,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/stub-host-cost.sh
-count() { # case n -> instructions
-  LD_LIBRARY_PATH="$PWD/$stub" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
-    sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
-}
 cases=("${@:-explicit explicit-buf explicit-typed raw-explicit capture capture-buf capture-typed raw-capture}")
 for c in ${cases[@]}; do
   a=$(count "$c" 1000); b=$(count "$c" 11000)

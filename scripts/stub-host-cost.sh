@@ -7,3 +7,8 @@ gcc -O2 -shared -fPIC scripts/stub-libcuda.c -o "$stub/libcuda.so"
 ln -sf libcuda.so "$stub/libcuda.so.1"
 cargo build --release --example host_cost --quiet
 bin=target/release/examples/host_cost
+# count CASE N: the instructions callgrind counts for `host_cost CASE N` over the stub.
+count() {
+  LD_LIBRARY_PATH="$PWD/$stub" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
+    sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}

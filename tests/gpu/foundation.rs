@@ -220,21 +220,7 @@ fn bad_module_image_gives_the_driver_error(gpu: &Gpu) -> TestResult {
 
 /// A kernel in hand-written PTX (ISA 7.0, any GPU from sm_52: every supported driver JITs it):
 /// `store7(int* p)` sets `p[0] = 7`.
-const STORE7_PTX: &str = r#"
-.version 7.0
-.target sm_52
-.address_size 64
-.visible .entry store7(.param .u64 p)
-{
-    .reg .b64 %rd<3>;
-    .reg .b32 %r<2>;
-    ld.param.u64 %rd1, [p];
-    cvta.to.global.u64 %rd2, %rd1;
-    mov.u32 %r1, 7;
-    st.global.u32 [%rd2], %r1;
-    ret;
-}
-"#;
+const STORE7_PTX: &str = include_str!("../kernels/store7.ptx");
 
 fn ptx_text_loads_safely_and_runs(gpu: &Gpu) -> TestResult {
     let module = gpu.device.load_ptx(STORE7_PTX)?;
