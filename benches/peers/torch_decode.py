@@ -58,7 +58,9 @@ class Decoder:
         self.inv_freq = 10000.0 ** (-2.0 * torch.arange(half, device=dev, dtype=torch.float32) / self.hd)
         self.positions = torch.arange(MAX_T, device=dev)
         # Static inputs: the step reads the position and the tokens from device memory.
-        self.pos = torch.zeros((), dtype=torch.long, device=dev)
+        # A one-element tensor, never a 0-d one: indexing with a 0-d tensor calls `.item()`,
+        # a host sync that a capture refuses.
+        self.pos = torch.zeros(1, dtype=torch.long, device=dev)
         self.tokens = torch.zeros(MAX_T, dtype=torch.long, device=dev)
         self.prompt_len = torch.tensor(PROMPT, device=dev)
 
@@ -82,7 +84,7 @@ class Decoder:
 
     def step(self):
         d, h, hd = self.d, self.heads, self.hd
-        x = self.embedding[self.tokens[self.pos]]
+        x = self.embedding.index_select(0, self.tokens.index_select(0, self.pos)).view(d)
         angle = self.pos.float() * self.inv_freq
         cos, sin = torch.cos(angle), torch.sin(angle)
         mask = self.positions <= self.pos
@@ -90,8 +92,8 @@ class Decoder:
             hx = self.rmsnorm(x, l["attn_norm"])
             q, k, v = torch.mv(l["wqkv"], hx).view(3, h, hd)
             q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
-            l["k_cache"].index_copy_(0, self.pos.view(1), k.unsqueeze(0))
-            l["v_cache"].index_copy_(0, self.pos.view(1), v.unsqueeze(0))
+            l["k_cache"].index_copy_(0, self.pos, k.unsqueeze(0))
+            l["v_cache"].index_copy_(0, self.pos, v.unsqueeze(0))
             scores = torch.einsum("hd,thd->ht", q, l["k_cache"]) * hd ** -0.5
             scores = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             attn = torch.einsum("ht,thd->hd", scores, l["v_cache"]).reshape(d)
@@ -100,10 +102,11 @@ class Decoder:
             gate, up = torch.mv(l["w_gate_up"], hx).split(self.mlp)
             x = x + torch.mv(l["w_down"], torch.nn.functional.silu(gate) * up)
         logits = torch.mv(self.lm_head, self.rmsnorm(x, self.final_norm))
-        nxt = torch.argmax(logits)
-        keep = self.pos + 1 < self.prompt_len
+        nxt = torch.argmax(logits).view(1)
+        at = self.pos + 1
         # The prompt gives the next token while it lasts; then the argmax does.
-        self.tokens.index_copy_(0, (self.pos + 1).view(1), torch.where(keep, self.tokens[self.pos + 1], nxt).view(1))
+        given = self.tokens.index_select(0, at)
+        self.tokens.index_copy_(0, at, torch.where(at < self.prompt_len, given, nxt))
         self.pos.add_(1)
 
 

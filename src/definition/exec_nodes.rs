@@ -8,7 +8,9 @@ use super::params::{lock_with_child, Target};
 use super::typed::{NodeKind, TypedNode};
 use super::NodeParams;
 use crate::driver;
-use crate::driver::graph::{GraphHandle, TreeState};
+use std::sync::Arc;
+
+use crate::driver::graph::{GraphHandle, Owners, TreeState};
 use crate::error::{Error, Result};
 use crate::graph::{lock, Graph};
 use crate::GraphNode;
@@ -109,7 +111,7 @@ impl Graph {
         let NodeParams {
             raw, mut owners, ..
         } = params;
-        let (tree, child_tree) = lock_with_child(&source, raw.child(), &mut owners)?;
+        let (mut tree, child_tree) = lock_with_child(&source, raw.child(), &mut owners)?;
         let raw_node = exec_node(&tree, &source, state.epoch, node)?;
         // SAFETY: the exec is live and its lock (`state`) held; `raw_node` is a live node of the
         // graph it was instantiated from, made before the instantiation (checked under that
@@ -118,6 +120,16 @@ impl Graph {
         // parameters use until it moves into the exec below; a child graph's tree is locked; the
         // context is the exec's.
         let r = unsafe { raw.apply(Target::Exec(self.exec.raw), raw_node, self.exec.ctx.raw) };
+        // Where this exec is the source graph's only holder (the definition and every view of it
+        // dropped: `state.source` and this call's clone are the two references), no one can
+        // instantiate, copy or read the graph again, so what its node held goes too.
+        let from_source = match r {
+            Ok(()) if Arc::strong_count(&source) == 2 => {
+                tree.nodes
+                    .replace_owners(node.graph, node.raw, node.serial, Owners::new())
+            }
+            _ => None,
+        };
         drop((tree, child_tree));
         r?;
         // Stream-ordered allocations among the new parameters exist before the next launch.
@@ -128,8 +140,8 @@ impl Graph {
         let key = (node.graph, node.raw);
         let instantiated = state.release_instantiated(key);
         let replaced = state.node_owners.insert(key, owners);
-        if replaced.is_some() || !instantiated.is_empty() {
-            state.release_after_last_launch(Box::new((replaced, instantiated)));
+        if replaced.is_some() || !instantiated.is_empty() || from_source.is_some() {
+            state.release_after_last_launch(Box::new((replaced, instantiated, from_source)));
         }
         Ok(())
     }

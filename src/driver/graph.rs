@@ -728,6 +728,23 @@ impl NodeTable {
         Some(old)
     }
 
+    /// Takes what every live node holds; the nodes stay (their tokens valid), holding nothing.
+    /// For a tree no one can instantiate, copy or read again (see [`TreeState::take_operands`]).
+    pub(crate) fn take_all_owners(&mut self) -> Vec<Owner> {
+        let mut out = Vec::new();
+        self.owners_chunk = None;
+        for i in 0..self.slots.len() {
+            if !self.slots[i].live() {
+                continue;
+            }
+            let shared = std::mem::take(&mut self.slots[i].shared);
+            let held = std::mem::take(&mut self.slots[i].owners);
+            out.extend(self.unhold(held));
+            out.extend(self.unshare(shared));
+        }
+        out
+    }
+
     /// The serial of the live node at `raw` in `graph`, registering it (with no owners, made at
     /// or before epoch `born`) if it is new.
     pub(crate) fn lookup_or_insert(&mut self, graph: u64, raw: usize, born: u64) -> u64 {
@@ -1254,6 +1271,23 @@ impl TreeState {
     /// make a graph that embeds its own clone hold itself).
     pub(crate) fn has_conditionals(&self) -> bool {
         !self.conditionals.is_empty()
+    }
+
+    /// Takes every operand the tree holds — its explicit nodes' owners (the nodes stay, holding
+    /// nothing) and what captures, clones and embeds keep — for a tree whose only holder is an
+    /// exec that no longer uses them (a whole-graph update replaced every node's parameters):
+    /// no one can instantiate, copy or read the tree again, and execs hold their own snapshots.
+    pub(crate) fn take_operands(&mut self) -> Vec<Owner> {
+        let mut out = self.nodes.take_all_owners();
+        out.extend(std::mem::take(&mut self.pending));
+        out.extend(
+            std::mem::take(&mut self.chunks)
+                .into_iter()
+                .map(|c| c as Owner),
+        );
+        self.kept = KeptSet::default();
+        self.recent = [0; 4];
+        out
     }
 
     /// Refuses a tree that a capture still records into or that the driver broke, for

@@ -964,11 +964,22 @@ impl Graph {
         // per-node updates and what the exec was instantiated with, all of which the update
         // replaced (it sets every node's parameters).
         let replaced_nodes = std::mem::take(&mut state.node_owners);
+        // The graph the exec was instantiated from stays (its node tokens name the exec's nodes
+        // for per-node updates); where the exec is its only holder, what its nodes use goes.
+        let from_source = match &state.source {
+            Some(source) if Arc::strong_count(source) == 1 => source.lock().take_operands(),
+            _ => Vec::new(),
+        };
         let instantiated = (
             std::mem::take(&mut state.keep),
             state.instantiated_nodes.take(),
+            from_source,
         );
-        if !replaced_nodes.is_empty() || !instantiated.0.is_empty() || instantiated.1.is_some() {
+        if !replaced_nodes.is_empty()
+            || !instantiated.0.is_empty()
+            || instantiated.1.is_some()
+            || !instantiated.2.is_empty()
+        {
             state.release_after_last_launch(Box::new((replaced_nodes, instantiated)));
         }
         let mut unused = None;

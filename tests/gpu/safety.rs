@@ -1630,8 +1630,8 @@ fn an_outer_exec_dropped_while_it_runs_releases_the_inner_exec(gpu: &Gpu) -> Tes
     outer.launch(&s)?;
     drop(outer); // its launch spins for a second yet
     assert!(
-        stays(|| !watch_inner.is_released()),
-        "held while the launch runs"
+        stays(|| !watch_buf.is_released()),
+        "the inner exec's buffer is held while the launch runs"
     );
     s.synchronize()?;
     assert_eq!(status.to_vec()?, [0], "cudaGraphLaunch on the device");
