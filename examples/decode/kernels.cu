@@ -12,6 +12,9 @@ cudaGraphSetConditional(unsigned long long handle, unsigned int value);
 
 typedef unsigned long long u64;
 
+// The largest head the attention kernel takes (the configurations use 64 and 128).
+#define MAX_HEAD_DIM 128
+
 // Uniform in [-scale, scale) from a hash of (seed, index): weights made on the device.
 extern "C" __global__ void init_uniform(float* w, u64 n, unsigned seed, float scale) {
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -120,10 +123,29 @@ extern "C" __global__ void attention(const float* qkv, const float* k_cache,
         sum += e;
     }
     sum = block_sum(sum, shared);
+    // The weighted sum of the rows: a warp per row (as for the scores), each lane a few of the
+    // head's dimensions, partial sums per warp reduced through shared memory. (One thread per
+    // dimension looping over every row serially waited on each row's load in turn.)
+    __shared__ float partial[32][MAX_HEAD_DIM];
+    float acc[MAX_HEAD_DIM / 32];
+    for (int r = 0; r < MAX_HEAD_DIM / 32; r++) acc[r] = 0.0f;
+    for (int t = warp; t < n; t += warps) {
+        float p = scores[t];
+        const float* v = v_cache + (u64)t * d + head * head_dim;
+        for (int r = 0; r < MAX_HEAD_DIM / 32; r++) {
+            int j = lane + 32 * r;
+            if (j < head_dim) acc[r] += p * v[j];
+        }
+    }
+    for (int r = 0; r < MAX_HEAD_DIM / 32; r++) {
+        int j = lane + 32 * r;
+        if (j < head_dim) partial[warp][j] = acc[r];
+    }
+    __syncthreads();
     for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int t = 0; t < n; t++) acc += scores[t] * v_cache[(u64)t * d + head * head_dim + j];
-        out[head * head_dim + j] = acc / sum;
+        float total = 0.0f;
+        for (int w = 0; w < warps; w++) total += partial[w][j];
+        out[head * head_dim + j] = total / sum;
     }
 }
 

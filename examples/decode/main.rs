@@ -553,6 +553,14 @@ fn run() -> Result<(), Box<dyn Error>> {
     );
     println!("config,mode,tok_per_s,host_us_per_token,gpu_us_per_token,kernels_per_token,checksum");
     for cfg in configs {
+        if cfg.head_dim() > 128 || cfg.head_dim() % 2 != 0 {
+            return Err(format!(
+                "{}: heads of {} dimensions (the kernels take even ones up to 128)",
+                cfg.name,
+                cfg.head_dim()
+            )
+            .into());
+        }
         let model = Model::new(&device, &k, cfg, &bench.stream)?;
         let mut reference: Option<Vec<i32>> = None;
         for mode in Mode::ALL {
