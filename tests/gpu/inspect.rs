@@ -547,9 +547,14 @@ fn device_launch_runs_a_graph_from_a_kernel(gpu: &Gpu) -> TestResult {
 
     // A device graph given to `KernelArgs` by value is held by the arguments (the one argument
     // they hold themselves), then by the node made from them.
+    // Watched through a buffer only this exec uses (the exec holds its operands; its source
+    // definition it holds weakly once parked).
     let def = GraphDefinition::new(&gpu.device)?;
+    let own = gpu.device.alloc_zeroed::<i32>(1)?;
     k(&def, &[], &gpu.f("add_one"), args![&buf])?;
-    let watch = def.release_observer();
+    k(&def, &[], &gpu.f("add_one"), args![&own])?;
+    let watch = own.release_observer();
+    drop(own);
     let exec = def.instantiate_with(&InstantiateOptions::new().device_launch(true))?;
     let args = KernelArgs::new().arg(exec.device_handle()?).arg(&status);
     drop((exec, def));
