@@ -66,13 +66,13 @@ use self::core::Core;
 /// # fn main() -> cuda_graph::Result<()> {
 /// # let device = Device::new(0)?;
 /// # let module = device.load_ptx("")?;
-/// let add_one = module.function("add_one")?;
+/// // SAFETY: add_one(int* p) increments p[0]: its parameter list, within any buffer.
+/// let add_one = unsafe { module.kernel::<(*mut i32,)>("add_one")? };
 /// let counter = device.alloc_zeroed::<i32>(1)?;
 ///
 /// let builder = device.create_graph_builder()?;          // Primary, NotStarted
 /// let builder = builder.begin_building(Global)?;          // Primary, Capturing<Global>
-/// // SAFETY: add_one takes one `int*`.
-/// unsafe { builder.launch_unchecked(&add_one, LaunchConfig::single(), &KernelArgs::new().arg(&counter))? };
+/// builder.launch(&add_one, LaunchConfig::single(), &counter)?; // typed: checked at compile time
 /// let builder = builder.end_building()?;                  // Primary, Ended
 /// let graph = builder.instantiate()?;
 /// # Ok(()) }
