@@ -344,11 +344,11 @@ impl NodeParams<node_kind::ChildGraph> {
     /// ```
     pub fn child_graph(child: &impl FinishedGraph) -> Result<Self> {
         let child = child.finished_graph()?;
-        let mut owners = Owners::new();
-        owners.push(child.root());
+        // What the child's nodes use is added when the parameters are applied, under the
+        // child's lock (`lock_with_child`); until then `RawParams::Child` holds the child.
         Ok(Self::new(
             RawParams::Child(child.clone()),
-            owners,
+            Owners::new(),
             Some(child.ctx.device),
         ))
     }
@@ -593,11 +593,10 @@ pub(crate) fn lock_with_child<'a>(
     let (tree, mut child_tree) = lock_two(graph, child);
     if let Some(c) = child_tree.as_deref_mut() {
         c.check_complete()?;
-        if !c.has_conditionals() {
+        if c.has_conditionals() {
             // The child graph itself is held only where its conditional handles may be in use
             // (see `TreeState::has_conditionals`).
-            let root = Arc::as_ptr(&child.root()) as *const ();
-            owners.retain(|o| Arc::as_ptr(o) as *const () != root);
+            owners.push(child.root());
         }
         owners.extend(c.snapshot().into_iter().map(|chunk| chunk as Owner));
     }

@@ -263,26 +263,27 @@ impl GraphMemoryUser {
 
     /// Stops counting this exec; whether it was the device's last.
     fn leave(self) -> bool {
+        let last = Self::uncount(self.device);
+        std::mem::forget(self);
+        last
+    }
+
+    /// Takes one exec off `device`'s count; whether none is left.
+    fn uncount(device: sys::CUdevice) -> bool {
         let mut users = lock(&GRAPH_MEMORY_USERS);
-        let last = match users.iter_mut().find(|(d, _)| *d == self.device) {
+        match users.iter_mut().find(|(d, _)| *d == device) {
             Some((_, n)) => {
                 *n = n.saturating_sub(1);
                 *n == 0
             }
             None => true,
-        };
-        std::mem::forget(self);
-        last
+        }
     }
 }
 
 impl Drop for GraphMemoryUser {
     fn drop(&mut self) {
-        let device = self.device;
-        let mut users = lock(&GRAPH_MEMORY_USERS);
-        if let Some((_, n)) = users.iter_mut().find(|(d, _)| *d == device) {
-            *n = n.saturating_sub(1);
-        }
+        Self::uncount(self.device);
     }
 }
 
