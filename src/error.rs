@@ -381,6 +381,10 @@ pub enum UpdateFailure {
     UnsupportedFunctionChange,
     /// `CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED`: node attributes changed in an unsupported way.
     AttributesChanged,
+    /// The source's kernels use graph memory ([`GraphBuffer`](crate::GraphBuffer)) of its own
+    /// allocation nodes, whose addresses this exec (instantiated from another graph) does not
+    /// map: refused by this crate before the driver is asked. Instantiate the source instead.
+    GraphMemory,
     /// A result value this crate does not know.
     Other(u32),
 }
@@ -409,6 +413,9 @@ impl fmt::Display for UpdateFailure {
             }
             Self::AttributesChanged => {
                 "node attributes changed in an unsupported way (CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED)"
+            }
+            Self::GraphMemory => {
+                "the source's kernels use its own graph allocations (GraphBuffer), which this exec does not map: instantiate the source instead"
             }
             Self::Other(v) => return write!(f, "unknown update result {v}"),
         };

@@ -82,10 +82,11 @@ pub use core::conditional::ConditionalKind;
 pub use core::source::FinishedGraph;
 pub use definition::{
     node_kind, ChildGraphInfo, ChildGraphNode, ConditionalInfo, ConditionalNode, EmptyNode,
-    EventInfo, EventRecordNode, EventWaitNode, GraphAllocation, GraphDefinition, GraphNode,
-    HostInfo, HostNode, KernelInfo, KernelNode, MemAllocInfo, MemAllocNode, MemAllocOptions,
-    MemFreeInfo, MemFreeNode, MemcpyInfo, MemcpyNode, MemoryKind, Memset2d, MemsetInfo, MemsetNode,
-    MemsetValue, NodeInfo, NodeKind, NodeParams, NodeType, PeerAccess, ReadBack, TypedNode,
+    EventInfo, EventRecordNode, EventWaitNode, GraphAllocation, GraphBuffer, GraphDefinition,
+    GraphNode, HostInfo, HostNode, KernelInfo, KernelNode, MemAllocInfo, MemAllocNode,
+    MemAllocOptions, MemFreeInfo, MemFreeNode, MemcpyInfo, MemcpyNode, MemoryKind, Memset2d,
+    MemsetInfo, MemsetNode, MemsetValue, NodeInfo, NodeKind, NodeParams, NodeType, PeerAccess,
+    ReadBack, TypedNode,
 };
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
@@ -93,6 +94,7 @@ pub use graph::{
     CacheOutcome, DeviceGraph, DotDetail, Graph, GraphCache, GraphDebugPrintOptions,
     InstantiateOptions,
 };
+pub use runtime::ConstSlice;
 pub use runtime::{
     ArgFor, ArgsFor, Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function,
     GraphMemoryUsage, Kernel, KernelArg, KernelArgs, KernelParam, LaunchConfig, Module,
@@ -113,6 +115,7 @@ pub mod prelude {
         GraphCache, HostNode, KernelNode, MemAllocNode, MemFreeNode, MemcpyNode, MemsetNode,
         NodeParams, TypedNode,
     };
+    pub use crate::{ConstSlice, GraphBuffer};
     pub use crate::{
         EventOptions, FinishedGraph, GraphAllocation, GraphDefinition, GraphMemoryUsage, GraphNode,
         MemAllocOptions, Memset2d, MemsetValue, NodeType, PeerAccess, PinnedBuffer,

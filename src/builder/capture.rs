@@ -190,8 +190,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     /// Records a stream-ordered allocation of `bytes` bytes (`cuMemAllocAsync` on the capturing
     /// stream): a memory allocation node. The memory exists **only while the graph runs**, from
     /// this point until the [`free_async`](Self::free_async) that consumes the returned
-    /// [`GraphAllocation`], so it is a graph allocation (a kernel argument), never a
-    /// [`DeviceBuffer`]. Not freed in the capture, it stays allocated after a launch and is
+    /// [`GraphAllocation`], so it is a graph allocation, never a [`DeviceBuffer`]: typed kernels
+    /// captured here take its [`view`](GraphAllocation::view), checked to run after this
+    /// allocation, and the free is checked to run after them. Not freed in the capture, it stays allocated after a launch and is
     /// handled as for [`GraphDefinition::add_mem_alloc`](crate::GraphDefinition::add_mem_alloc)
     /// (the exec frees it when dropped).
     ///
@@ -200,11 +201,10 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// # fn f(device: &Device, fill: &Function) -> cuda_graph::Result<()> {
+    /// # fn f(device: &Device, fill: &Kernel<(Slice<i32>, i32)>) -> cuda_graph::Result<()> {
     /// let b = device.create_graph_builder()?.begin_building(Global)?;
     /// let scratch = b.alloc_async(256 * 4)?;
-    /// // SAFETY: fill(int*, int n, int v); scratch holds 256 ints until the free below.
-    /// unsafe { b.launch_unchecked(fill, LaunchConfig::for_num_elems(256), &KernelArgs::new().arg(&scratch).arg(256i32).arg(1i32))? };
+    /// b.launch(fill, LaunchConfig::for_num_elems(256), (&scratch.view::<i32>()?, 1))?;
     /// b.free_async(scratch)?;
     /// let graph = b.end_building()?.instantiate()?;
     /// # Ok(()) }

@@ -20,6 +20,7 @@ use crate::ConditionalHandle;
 mod conditional;
 mod exec_nodes;
 mod inspect;
+mod memory;
 mod node;
 mod nodes;
 mod params;
@@ -30,8 +31,10 @@ pub use inspect::{
     ChildGraphInfo, ConditionalInfo, EventInfo, HostInfo, KernelInfo, MemAllocInfo, MemFreeInfo,
     MemcpyInfo, MemoryKind, MemsetInfo, NodeInfo, ReadBack,
 };
+pub(crate) use memory::{capture_dependencies, check_after_allocations, note_users};
+pub use memory::{GraphAllocation, GraphBuffer, MemAllocOptions, PeerAccess};
 pub use node::{GraphNode, NodeType};
-pub use nodes::{GraphAllocation, MemAllocOptions, Memset2d, MemsetValue, PeerAccess};
+pub use nodes::{Memset2d, MemsetValue};
 pub use params::NodeParams;
 pub use typed::{
     node_kind, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,

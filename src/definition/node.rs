@@ -336,6 +336,7 @@ pub(crate) fn forget_graphs(tree: &mut TreeState, mut owned: Vec<u64>) -> Vec<Ow
             below.extend(tree.embedded.remove(&key));
         }
         tree.unfreed.retain(|(parent, _), _| *parent != g);
+        tree.memory_users.retain(|(parent, _), _| *parent != g);
         owned.extend_from_slice(&below);
         work.extend(below);
     }

@@ -1,27 +1,20 @@
 //! The `add_*` methods: one per node type, each after `deps`.
 
-use std::sync::Arc;
-
 use cudarc::driver::sys;
 
 use super::node::{self, GraphNode};
 use super::params::memcpy3d;
 use super::typed::{
-    ChildGraphNode, EmptyNode, EventRecordNode, EventWaitNode, HostNode, KernelNode, MemAllocNode,
-    MemFreeNode, MemcpyNode, MemsetNode, TypedNode,
+    ChildGraphNode, EmptyNode, EventRecordNode, EventWaitNode, HostNode, KernelNode, MemcpyNode,
+    MemsetNode, TypedNode,
 };
 use super::GraphDefinition;
 use crate::core::callback;
 use crate::core::source::FinishedGraph;
 use crate::driver;
-use crate::driver::compat;
-use crate::driver::context::PrimaryContext;
 use crate::driver::graph::{lock_two, Owner, Owners, SharedRef, TreeState};
 use crate::error::{Error, Result};
-use crate::runtime::{
-    DeviceBuffer, DeviceCopy, Event, Function, KernelArg, KernelArgs, LaunchConfig, Recording,
-};
-use crate::DriverVersion;
+use crate::runtime::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::HostCallback;
 
 /// The shape of a 2D memset ([`GraphDefinition::add_memset_2d`]), in elements of the buffer's
@@ -131,363 +124,6 @@ pub(crate) fn memset_value<T: MemsetValue>(value: T) -> Result<(u32, u32)> {
     }
 }
 
-/// Checks an allocation size.
-pub(crate) fn check_alloc_size(bytes: usize) -> Result<()> {
-    if bytes == 0 {
-        return Err(Error::InvalidArgument(
-            "a memory allocation node cannot allocate 0 bytes".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// How other devices may access a graph allocation ([`MemAllocOptions::peer_access`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PeerAccess {
-    /// Reads only (`CU_MEM_ACCESS_FLAGS_PROT_READ`).
-    Read,
-    /// Reads and writes (`CU_MEM_ACCESS_FLAGS_PROT_READWRITE`).
-    ReadWrite,
-}
-
-/// Options of a memory allocation node ([`GraphDefinition::add_mem_alloc_with`]). The default:
-/// pinned device memory on the graph's device, no peers.
-///
-/// ```
-/// # use cuda_graph::prelude::*;
-/// let options = MemAllocOptions::new().on_device(0).peer_access(1, PeerAccess::Read);
-/// assert_eq!(options.device(), Some(0));
-/// assert_eq!(options.peers(), &[(1, PeerAccess::Read)]);
-/// assert!(!options.is_managed());
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MemAllocOptions {
-    device: Option<usize>,
-    peers: Vec<(usize, PeerAccess)>,
-    managed: bool,
-}
-
-impl MemAllocOptions {
-    /// The defaults (see the type).
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # use cuda_graph::*;
-    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
-    /// let options = MemAllocOptions::new().on_device(0);
-    /// let (node, alloc) = def.add_mem_alloc_with(&[], 4096, &options)?;
-    /// def.add_mem_free(&[&node], alloc)?;
-    /// # Ok(()) }
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Allocates on device `ordinal` instead of the graph's device.
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # use cuda_graph::*;
-    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
-    /// let (node, alloc) = def.add_mem_alloc_with(&[], 4096, &MemAllocOptions::new().on_device(1))?;
-    /// # let _ = (node, alloc);
-    /// # Ok(()) }
-    /// ```
-    pub fn on_device(mut self, ordinal: usize) -> Self {
-        self.device = Some(ordinal);
-        self
-    }
-
-    /// Lets device `ordinal` access the memory (`accessDescs`); a later call for the same
-    /// device replaces the earlier one.
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # use cuda_graph::*;
-    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
-    /// let options = MemAllocOptions::new().peer_access(1, PeerAccess::ReadWrite);
-    /// let (node, alloc) = def.add_mem_alloc_with(&[], 4096, &options)?;
-    /// # let _ = (node, alloc);
-    /// # Ok(()) }
-    /// ```
-    pub fn peer_access(mut self, ordinal: usize, access: PeerAccess) -> Self {
-        self.peers.retain(|(o, _)| *o != ordinal);
-        self.peers.push((ordinal, access));
-        self
-    }
-
-    /// Managed (unified) memory instead of pinned device memory (`CU_MEM_ALLOCATION_TYPE_MANAGED`,
-    /// CUDA 13).
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # use cuda_graph::*;
-    /// # fn f() -> cuda_graph::Result<()> {
-    /// let options = MemAllocOptions::new().managed(true); // needs a cuda-13* feature
-    /// assert!(options.is_managed());
-    /// # Ok(()) }
-    /// ```
-    pub fn managed(mut self, managed: bool) -> Self {
-        self.managed = managed;
-        self
-    }
-
-    /// The device asked for (`None`: the graph's).
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # use cuda_graph::*;
-    /// # fn f() -> cuda_graph::Result<()> {
-    /// assert_eq!(MemAllocOptions::new().device(), None); // the graph's device
-    /// assert_eq!(MemAllocOptions::new().on_device(2).device(), Some(2));
-    /// # Ok(()) }
-    /// ```
-    pub fn device(&self) -> Option<usize> {
-        self.device
-    }
-
-    /// The peers and their access.
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # use cuda_graph::*;
-    /// # fn f() -> cuda_graph::Result<()> {
-    /// let options = MemAllocOptions::new().peer_access(1, PeerAccess::Read);
-    /// assert_eq!(options.peers(), &[(1, PeerAccess::Read)]);
-    /// # Ok(()) }
-    /// ```
-    pub fn peers(&self) -> &[(usize, PeerAccess)] {
-        &self.peers
-    }
-
-    /// Whether managed memory was asked for.
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # use cuda_graph::*;
-    /// # fn f() -> cuda_graph::Result<()> {
-    /// assert!(!MemAllocOptions::new().is_managed());
-    /// # Ok(()) }
-    /// ```
-    pub fn is_managed(&self) -> bool {
-        self.managed
-    }
-}
-
-/// Device memory allocated by a memory allocation node ([`GraphDefinition::add_mem_alloc`]).
-///
-/// The address is fixed when the node is added, but the memory exists **only while the graph
-/// runs**, from the allocation node until the free node that consumes this value
-/// ([`GraphDefinition::add_mem_free`]).
-///
-/// **With no free node**, the memory stays allocated after a launch (a kernel of a later launch
-/// may read it), and the rules are:
-/// - a second launch of the exec fails while the memory is still allocated, unless the exec was
-///   made with [`auto_free_on_launch`](crate::InstantiateOptions::auto_free_on_launch), which
-///   frees it at the start of each launch;
-/// - the [`Graph`](crate::Graph) exec frees whatever is still allocated when it is dropped,
-///   after its last launch has finished, and trims the device's graph memory pool (so nothing
-///   leaks when the exec and the definition are gone;
-///   [`Device::graph_memory_in_use`](crate::Device::graph_memory_in_use) shows it).
-///
-/// Pass it to kernels
-/// that the graph orders between the two nodes (`&allocation` is a kernel argument: its device
-/// address); there is nothing to read from the host. Not `Clone`: the free node takes it, so it
-/// is freed once. `Send + Sync`.
-///
-/// ```no_run
-/// # use cuda_graph::prelude::*;
-/// # fn f(def: &GraphDefinition, fill: &Function) -> cuda_graph::Result<()> {
-/// let (alloc_node, scratch) = def.add_mem_alloc(&[], 1024 * 4)?;
-/// // SAFETY: fill takes (int*, int n, int v) and scratch holds 1024 ints while the graph runs.
-/// let use_it = unsafe {
-///     def.add_kernel_unchecked(&[&alloc_node], fill, LaunchConfig::for_num_elems(1024), &KernelArgs::new().arg(&scratch).arg(1024i32).arg(7i32))?
-/// };
-/// def.add_mem_free(&[&use_it], scratch)?;
-/// # Ok(()) }
-/// ```
-#[derive(Debug)]
-pub struct GraphAllocation {
-    ptr: u64,
-    bytes: usize,
-    node: MemAllocNode,
-    ctx: Arc<PrimaryContext>,
-}
-
-impl GraphAllocation {
-    /// The device address (valid only while the graph runs, between the allocation and its
-    /// free).
-    ///
-    /// ```no_run
-    /// # fn f(a: &cuda_graph::GraphAllocation) {
-    /// println!("{:#x}", a.device_ptr());
-    /// # }
-    /// ```
-    pub fn device_ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// The size in bytes.
-    ///
-    /// ```no_run
-    /// # fn f(a: &cuda_graph::GraphAllocation) {
-    /// let ints = a.byte_len() / 4;
-    /// # }
-    /// ```
-    pub fn byte_len(&self) -> usize {
-        self.bytes
-    }
-
-    /// The allocation node.
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # fn f(def: &GraphDefinition, a: &GraphAllocation) -> cuda_graph::Result<()> {
-    /// assert_eq!(def.node_type(&a.node())?, NodeType::MemAlloc);
-    /// # Ok(()) }
-    /// ```
-    pub fn node(&self) -> MemAllocNode {
-        self.node
-    }
-
-    /// This graph memory as a [`DeviceBuffer`] of `byte_len() / size_of::<T>()` elements, for
-    /// the graph operations that take buffers: memset and memcpy nodes (captured or added),
-    /// typed kernel launches, [`slice`](DeviceBuffer::slice)s. The buffer never frees anything:
-    /// the graph allocated the memory and frees it (at its free node, or when the exec is
-    /// dropped). A size that is not a whole number of `T`s is an [`Error::InvalidArgument`].
-    ///
-    /// # Safety
-    /// The memory exists only while the graph runs, between the allocation node and its free.
-    /// The caller promises that the buffer (and every slice or clone of it) is used only
-    /// - in operations of this allocation's graph (nodes added to it, or work captured into it),
-    ///   never on a stream outside such a capture and never by the host (`to_vec`, `copy_from`
-    ///   and the like would touch memory that is not mapped);
-    /// - by nodes that run after the allocation node and before the free node, if the graph has
-    ///   one (a path of dependencies both ways).
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # fn f(def: &GraphDefinition, out: &DeviceBuffer<i32>, copy: &Kernel<(Slice<i32>, Slice<i32>)>) -> cuda_graph::Result<()> {
-    /// let (alloc_node, scratch) = def.add_mem_alloc(&[], 1024 * 4)?;
-    /// // SAFETY: used only by the two nodes below, which run after `alloc_node` and before the
-    /// // free node.
-    /// let tmp = unsafe { scratch.as_buffer::<i32>()? };
-    /// let set = def.add_memset(&[&alloc_node], &tmp, 7i32)?;
-    /// let copied = def.add_kernel(&[&set], copy, LaunchConfig::for_num_elems(1024), (&tmp, out))?;
-    /// def.add_mem_free(&[&copied], scratch)?;
-    /// # Ok(()) }
-    /// ```
-    pub unsafe fn as_buffer<T: DeviceCopy>(&self) -> Result<DeviceBuffer<T>> {
-        let size = std::mem::size_of::<T>();
-        if size == 0 || !self.bytes.is_multiple_of(size) {
-            return Err(Error::InvalidArgument(format!(
-                "a graph allocation of {} bytes is not a whole number of `{}`s",
-                self.bytes,
-                std::any::type_name::<T>()
-            )));
-        }
-        let device = crate::Device::from_ctx(&self.ctx);
-        // SAFETY: the memory is an allocation of this context, mapped while the graph runs, and
-        // freed by the graph, not by the buffer (its owner is `()`); where and when it is used
-        // is the caller's promise above.
-        unsafe { DeviceBuffer::from_raw(&device, self.ptr, self.bytes / size, ()) }
-    }
-}
-
-impl GraphAllocation {
-    /// Records a stream-ordered allocation of `bytes` into the capture of `stream`
-    /// (`cuMemAllocAsync` on a capturing stream: a memory allocation node). Call inside
-    /// [`Stream::enqueue`](crate::Stream) on that stream, with its [`Recording`].
-    pub(crate) fn capture(
-        rec: &mut Recording<'_>,
-        stream: sys::CUstream,
-        ctx: &Arc<PrimaryContext>,
-        bytes: usize,
-    ) -> Result<GraphAllocation> {
-        check_alloc_size(bytes)?;
-        let (Some(graph), Some(tree)) = (rec.graph_id(), rec.tree.as_deref_mut()) else {
-            return Err(Error::InvalidArgument(
-                "the builder's stream is not capturing".into(),
-            ));
-        };
-        let mut ptr = 0;
-        // SAFETY: the stream is live and captures into a graph whose tree is locked (`rec`).
-        unsafe { driver::stream::mem_alloc_async(&mut ptr, bytes, stream) }?;
-        // The allocation node is now the capture's only dependency.
-        let mut status = 0u32;
-        let mut deps: *const sys::CUgraphNode = std::ptr::null();
-        let mut n = 0usize;
-        // SAFETY: the stream is live; the out pointers are valid (the status through
-        // `status_out`, as a `u32`); the other outputs are not asked for.
-        unsafe {
-            driver::stream::capture_info(
-                stream,
-                driver::stream::status_out(&mut status),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                &mut deps,
-                std::ptr::null_mut(),
-                &mut n,
-            )
-        }?;
-        if n != 1 || deps.is_null() {
-            // The allocation node is in the graph all the same, and each launch of an exec
-            // allocates its memory: record it for the execs to free. Its key cannot name a node
-            // (a device address, which unified addressing keeps apart from the host addresses
-            // node handles are), so no free node can take it.
-            tree.note_allocation(graph, ptr as usize, ptr);
-            return Err(Error::InvalidArgument(format!(
-                "after a captured allocation the capture has {n} dependencies instead of its allocation node"
-            )));
-        }
-        // SAFETY: the driver returned `n == 1` nodes at `deps`, valid until the next capture call
-        // on this stream (none in between).
-        let raw = unsafe { *deps };
-        let node = TypedNode::new(node::token(tree, graph, raw));
-        tree.note_allocation(graph, node.raw, ptr);
-        Ok(GraphAllocation {
-            ptr,
-            bytes,
-            node,
-            ctx: ctx.clone(),
-        })
-    }
-
-    /// Records the free of this allocation into the capture of `stream` (`cuMemFreeAsync` on a
-    /// capturing stream: a memory free node). The allocation must be one of the captured graph,
-    /// not freed yet.
-    pub(crate) fn capture_free(self, rec: &mut Recording<'_>, stream: sys::CUstream) -> Result<()> {
-        let (Some(graph), Some(tree)) = (rec.graph_id(), rec.tree.as_deref_mut()) else {
-            return Err(Error::InvalidArgument(
-                "the builder's stream is not capturing".into(),
-            ));
-        };
-        let key = (self.node.graph, self.node.raw);
-        if self.node.graph != graph
-            || node::check(tree, graph, self.node.as_ref()).is_err()
-            || tree.unfreed.get(&key) != Some(&self.ptr)
-        {
-            return Err(Error::InvalidArgument(
-                "free_async of a graph allocation that this capture's graph did not allocate (or already freed): free it in the graph that allocated it".into(),
-            ));
-        }
-        // SAFETY: the stream is live and captures into `graph`, whose tree is locked; `ptr` is an
-        // allocation of that graph still allocated in it (checked above), freed once.
-        unsafe { driver::stream::mem_free_async(self.ptr, stream) }?;
-        tree.unfreed.remove(&key);
-        Ok(())
-    }
-}
-
-impl KernelArg for &GraphAllocation {
-    fn push_to<'a>(self, args: &mut KernelArgs<'a>)
-    where
-        Self: 'a,
-    {
-        args.push_value(self.ptr);
-    }
-}
-
 /// The refusal of a value on another device than the graph.
 #[cold]
 #[inline(never)]
@@ -524,12 +160,34 @@ impl GraphDefinition {
     /// the same lock (bookkeeping that another thread's instantiation must see with the node).
     /// `shared` names values the node uses that the tree may hold once for many nodes (a
     /// kernel's module and its one buffer, see [`SharedRef`]).
-    fn add_node_then(
+    #[inline(always)]
+    pub(super) fn add_node_then(
         &self,
         deps: &[&GraphNode],
         live: &[&GraphNode],
         shared: &[SharedRef<'_>],
         owners: impl FnOnce(&mut Owners),
+        add: impl FnOnce(
+            sys::CUgraph,
+            *const sys::CUgraphNode,
+            usize,
+            &mut sys::CUgraphNode,
+        ) -> Result<()>,
+        then: impl FnOnce(&mut TreeState, &GraphNode),
+    ) -> Result<GraphNode> {
+        self.add_node_then_checked(deps, live, shared, owners, |_, _, _| Ok(()), add, then)
+    }
+
+    /// [`add_node_then`](Self::add_node_then), with `check` run on the tree and the checked
+    /// dependencies (`n` raw nodes) under the same lock before anything is registered.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn add_node_then_checked(
+        &self,
+        deps: &[&GraphNode],
+        live: &[&GraphNode],
+        shared: &[SharedRef<'_>],
+        owners: impl FnOnce(&mut Owners),
+        check: impl FnOnce(&TreeState, *const sys::CUgraphNode, usize) -> Result<()>,
         add: impl FnOnce(
             sys::CUgraph,
             *const sys::CUgraphNode,
@@ -548,6 +206,7 @@ impl GraphDefinition {
         if !live.is_empty() {
             node::check_each(&locked.tree, graph.id, live)?;
         }
+        check(&locked.tree, raw_deps, n)?;
         // Everything but the node's address is registered before the driver call (see
         // `NodeTable::reserve`).
         let reserved = node::reserve(&mut locked.tree, graph.id, shared, held);
@@ -603,6 +262,9 @@ impl GraphDefinition {
             refs.check_device("graph")?;
             refs.check_target(Some(self.handle()))?;
             let params = config.kernel_node_params(function, refs.params());
+            if refs.uses_graph_memory() {
+                return self.add_kernel_with_graph_memory(deps, function, &params, refs);
+            }
             if let [one] = refs.owners.as_slice() {
                 let extra = one.shared();
                 // SAFETY: as below.
@@ -681,6 +343,82 @@ impl GraphDefinition {
         extra: Option<SharedRef<'_>>,
         keep: impl FnOnce(&mut Owners),
     ) -> Result<KernelNode> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.add_kernel_params_checked(
+                deps,
+                function,
+                params,
+                extra,
+                keep,
+                |_, _, _| Ok(()),
+                |_, _| {},
+            )
+        }
+    }
+
+    /// [`add_kernel`](Self::add_kernel) of arguments that include [`GraphBuffer`]s
+    /// (crate::GraphBuffer): the dependencies must reach each allocation node, and the node is
+    /// recorded as a user of each allocation (for the check of its free node).
+    #[cold]
+    #[inline(never)]
+    fn add_kernel_with_graph_memory(
+        &self,
+        deps: &[&GraphNode],
+        function: &Function,
+        params: &sys::CUDA_KERNEL_NODE_PARAMS,
+        refs: &crate::runtime::ArgRefs<'_>,
+    ) -> Result<KernelNode> {
+        let uses = refs.graph_uses();
+        let graph = self.handle().id;
+        let keep = |owners: &mut Owners| {
+            owners.reserve_exact(refs.owners.len());
+            for o in &refs.owners {
+                owners.push(o.owner());
+            }
+        };
+        // SAFETY: `params` points at argument bytes that outlive the call; `Kernel`'s maker
+        // promised its signature and bounds, and the arguments match it (`ArgsFor`); the graph
+        // memory among them is checked to exist when the node runs (after its allocation node
+        // here, before its free node when that is added).
+        unsafe {
+            self.add_kernel_params_checked(
+                deps,
+                function,
+                params,
+                None,
+                keep,
+                |_, d, n| {
+                    // SAFETY: `d` holds `n` checked live nodes of this locked graph.
+                    let d = if n == 0 {
+                        &[][..]
+                    } else {
+                        std::slice::from_raw_parts(d, n)
+                    };
+                    super::memory::check_after_allocations(graph, d, uses)
+                },
+                |tree, node| super::memory::note_users(tree, node.raw, uses),
+            )
+        }
+    }
+
+    /// [`add_kernel_params`](Self::add_kernel_params) with `check` and `then` as in
+    /// [`add_node_then_checked`](Self::add_node_then_checked).
+    ///
+    /// # Safety
+    /// As [`add_kernel_params`](Self::add_kernel_params).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn add_kernel_params_checked(
+        &self,
+        deps: &[&GraphNode],
+        function: &Function,
+        params: &sys::CUDA_KERNEL_NODE_PARAMS,
+        extra: Option<SharedRef<'_>>,
+        keep: impl FnOnce(&mut Owners),
+        check: impl FnOnce(&TreeState, *const sys::CUgraphNode, usize) -> Result<()>,
+        then: impl FnOnce(&mut TreeState, &GraphNode),
+    ) -> Result<KernelNode> {
         let module = SharedRef::new(&function.module);
         let both;
         let shared: &[SharedRef<'_>] = match extra {
@@ -698,18 +436,19 @@ impl GraphDefinition {
         // and launches and captures on a stream of its own, do not need it (see
         // `PrimaryContext::bind_cached`).
         ctx.bind_checked()?;
-        self.add_node_then(
+        self.add_node_then_checked(
             deps,
             &[],
             shared,
             keep,
+            check,
             |g, d, n, out| {
                 // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` is
                 // valid and its arguments match the kernel (this function's contract; the driver
                 // copies the argument bytes).
                 unsafe { driver::graph::add_kernel_node(ctx, out, g, d, n, params) }
             },
-            |_, _| {},
+            then,
         )
         .map(TypedNode::new)
     }
@@ -1004,184 +743,6 @@ impl GraphDefinition {
         drop(released);
         Ok(TypedNode::new(node))
     }
-
-    /// Adds a memory allocation node (`cuGraphAddMemAllocNode`) of `bytes` bytes of device
-    /// memory on the graph's device, and returns it with the [`GraphAllocation`]: pass that to the
-    /// kernels that use the memory, then to [`add_mem_free`](Self::add_mem_free). The memory is
-    /// valid only while the graph runs, between the two nodes. `bytes == 0` is an
-    /// [`Error::InvalidArgument`]. [`add_mem_alloc_with`](Self::add_mem_alloc_with) takes options
-    /// (another device, peer access, managed memory).
-    ///
-    /// The driver restricts graphs with memory nodes (they cannot sit in conditional bodies, and
-    /// such a graph may have only one exec at a time).
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
-    /// let (alloc, scratch) = def.add_mem_alloc(&[], 1 << 20)?;
-    /// def.add_mem_free(&[&alloc], scratch)?;
-    /// # Ok(()) }
-    /// ```
-    pub fn add_mem_alloc(
-        &self,
-        deps: &[&GraphNode],
-        bytes: usize,
-    ) -> Result<(MemAllocNode, GraphAllocation)> {
-        self.add_mem_alloc_with(deps, bytes, &MemAllocOptions::default())
-    }
-
-    /// [`add_mem_alloc`](Self::add_mem_alloc) with options: the device the memory lives on,
-    /// other devices that may access it, managed memory.
-    ///
-    /// Refused with an [`Error::InvalidArgument`]: a device ordinal that does not exist, a peer
-    /// that cannot access the allocating device (`cuDeviceCanAccessPeer`), the allocating device
-    /// listed as its own peer, managed memory in a build with CUDA 12 bindings (managed memory
-    /// needs a `cuda-13*` feature, and driver 13.0: [`Error::Unsupported`] below it); what the
-    /// driver itself refuses is its error.
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
-    /// // 1 MiB on device 0 that device 1 may read and write.
-    /// let options = MemAllocOptions::new()
-    ///     .on_device(0)
-    ///     .peer_access(1, PeerAccess::ReadWrite);
-    /// let (alloc, scratch) = def.add_mem_alloc_with(&[], 1 << 20, &options)?;
-    /// def.add_mem_free(&[&alloc], scratch)?;
-    /// # Ok(()) }
-    /// ```
-    pub fn add_mem_alloc_with(
-        &self,
-        deps: &[&GraphNode],
-        bytes: usize,
-        options: &MemAllocOptions,
-    ) -> Result<(MemAllocNode, GraphAllocation)> {
-        check_alloc_size(bytes)?;
-        let ctx = &self.handle().ctx;
-        let devices = driver::device::count()?.max(0) as usize;
-        let exists = |ordinal: usize, what: &str| -> Result<sys::CUdevice> {
-            if ordinal >= devices {
-                return Err(Error::InvalidArgument(format!(
-                    "{what} {ordinal} does not exist ({devices} device(s))"
-                )));
-            }
-            driver::device::get(ordinal as i32)
-        };
-        let (target_ordinal, target) = match options.device {
-            Some(o) => (o, exists(o, "allocation device")?),
-            None => (ctx.ordinal, ctx.device),
-        };
-        let mut access = Vec::with_capacity(options.peers.len());
-        for &(peer, how) in &options.peers {
-            let peer_dev = exists(peer, "peer device")?;
-            if peer == target_ordinal {
-                return Err(Error::InvalidArgument(format!(
-                    "device {peer} allocates the memory and always has access: list only other devices as peers"
-                )));
-            }
-            if !driver::device::can_access_peer(peer_dev, target)? {
-                return Err(Error::InvalidArgument(format!(
-                    "device {peer} cannot access memory of device {target_ordinal} (cuDeviceCanAccessPeer)"
-                )));
-            }
-            access.push(sys::CUmemAccessDesc {
-                location: compat::device_location(peer_dev),
-                flags: match how {
-                    PeerAccess::Read => sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ,
-                    PeerAccess::ReadWrite => {
-                        sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-                    }
-                },
-            });
-        }
-        let alloc_type = match compat::allocation_type(options.managed) {
-            Some(t) => t,
-            None => {
-                return Err(Error::InvalidArgument(
-                    "managed graph allocations need the CUDA 13 bindings: build cuda-graph with a `cuda-13*` feature (this build uses CUDA 12 bindings, which cannot name managed memory)".into(),
-                ))
-            }
-        };
-        if options.managed {
-            driver::require("managed graph allocations", DriverVersion::V13_0)?;
-        }
-        // SAFETY: zeroed allocation parameters are valid plain C data; the used fields are set
-        // below.
-        let mut params: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
-        params.poolProps.allocType = alloc_type;
-        params.poolProps.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
-        params.poolProps.location = compat::device_location(target);
-        params.bytesize = bytes;
-        params.accessDescCount = access.len();
-        params.accessDescs = if access.is_empty() {
-            std::ptr::null()
-        } else {
-            access.as_ptr()
-        };
-        let dptr = std::cell::Cell::new(0);
-        let node = self.add_node_then(
-            deps,
-            &[],
-            &[],
-            |_| {},
-            |g, d, n, out| {
-                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `params` is fully
-                // initialised, its access descriptors (`access`) alive during the call, and the
-                // driver writes `dptr`.
-                let r = unsafe { driver::graph::add_mem_alloc_node(out, g, d, n, &mut params) };
-                dptr.set(params.dptr);
-                r
-            },
-            // Recorded with the node, under the same lock: an instantiation on another thread
-            // sees both or neither.
-            |tree, node| tree.note_allocation(node.graph, node.raw, dptr.get()),
-        )?;
-        let node = MemAllocNode::new(node);
-        Ok((
-            node,
-            GraphAllocation {
-                ptr: params.dptr,
-                bytes,
-                node,
-                ctx: self.handle().ctx.clone(),
-            },
-        ))
-    }
-
-    /// Adds a node that frees `allocation` (`cuGraphAddMemFreeNode`); it must run after every
-    /// node that uses the memory. The allocation must come from this graph, and its allocation
-    /// node must not have been destroyed.
-    ///
-    /// ```no_run
-    /// # use cuda_graph::prelude::*;
-    /// # fn f(def: &GraphDefinition, last_use: &GraphNode, scratch: GraphAllocation) -> cuda_graph::Result<()> {
-    /// def.add_mem_free(&[last_use], scratch)?;
-    /// # Ok(()) }
-    /// ```
-    pub fn add_mem_free(
-        &self,
-        deps: &[&GraphNode],
-        allocation: GraphAllocation,
-    ) -> Result<MemFreeNode> {
-        let ptr = allocation.ptr;
-        let alloc_node = allocation.node;
-        let free = self.add_node_then(
-            deps,
-            &[alloc_node.as_ref()],
-            &[],
-            |_| {},
-            |g, d, n, out| {
-                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; `ptr` was returned by
-                // a live allocation node of this graph (checked with the dependencies).
-                unsafe { driver::graph::add_mem_free_node(out, g, d, n, ptr) }
-            },
-            // The graph frees it now.
-            |tree, _| {
-                tree.unfreed.remove(&(alloc_node.graph, alloc_node.raw));
-            },
-        )?;
-        Ok(TypedNode::new(free))
-    }
 }
 
 #[cfg(test)]
@@ -1230,14 +791,5 @@ mod tests {
         assert!(s(1, 1, usize::MAX).check(64).is_err());
         assert!(s(1, 1, usize::MAX / 4 + 1).check(64).is_err());
         assert!(s(1, 1, 1 << 40).check(64).is_ok());
-    }
-
-    #[test]
-    fn zero_byte_allocations_are_an_error() {
-        assert!(matches!(
-            check_alloc_size(0),
-            Err(Error::InvalidArgument(_))
-        ));
-        assert!(check_alloc_size(1).is_ok());
     }
 }

@@ -151,6 +151,11 @@ impl NodeParams<node_kind::Kernel> {
     ) -> Result<Self> {
         let device = kernel.function().module.ctx.device;
         let handles = crate::runtime::with_refs(&args, device, |refs| {
+            if refs.uses_graph_memory() {
+                return Err(Error::InvalidArgument(
+                    "a GraphBuffer cannot go into node parameters (the order of a node that exists is not checked against its allocation): add a new kernel node after the allocation node instead".into(),
+                ));
+            }
             refs.check_device("kernel's module")
                 .map(|()| refs.handle_graphs().iter().copied().collect())
         })?;

@@ -1073,6 +1073,9 @@ pub(crate) struct TreeState {
     /// Memory allocation nodes with no free node in the graph: `(graph id, raw node)` → the
     /// device address. Each exec frees what is still allocated when it is dropped.
     pub(crate) unfreed: IdMap<(u64, usize), u64>,
+    /// Kernel nodes that use an allocation through a `GraphBuffer`: `(graph id, raw allocation
+    /// node)` → the raw nodes, which its free node must run after.
+    pub(crate) memory_users: IdMap<(u64, usize), Vec<usize>>,
     /// Graphs holding memory allocation (and so free) nodes. CUDA forbids deleting nodes or
     /// edges of such a graph: `destroy_node` and `remove_edge` refuse it.
     pub(crate) memory_graphs: IdSet<u64>,

@@ -934,6 +934,15 @@ impl Graph {
         };
         let mut tree = graph.lock();
         tree.check_complete()?;
+        if state.source.as_ref().is_some_and(|s| s.id != graph.id)
+            && tree.memory_users.keys().any(|&(g, _)| g == graph.id)
+        {
+            // Its kernels address the source's own allocations, which this exec does not map.
+            return Err(Error::Update {
+                reason: UpdateFailure::GraphMemory,
+                source: None,
+            });
+        }
         // SAFETY: exec and graph are live, the graph's tree locked; `info` is a valid out pointer
         // with the layout of `CUgraphExecUpdateResultInfo` (asserted above), its `result` a `u32`
         // that is never read as the bindings' enum.

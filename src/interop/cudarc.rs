@@ -85,7 +85,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr
 
 use crate::driver;
 use crate::driver::stream::CaptureStatus;
-use crate::runtime::buffer_bounds as bounds;
+use crate::runtime::bounds;
 use crate::{Device, DeviceBuffer, DeviceCopy, Error, Function, Result, Stream};
 
 impl From<cudarc::driver::DriverError> for Error {

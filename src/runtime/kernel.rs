@@ -57,8 +57,9 @@ pub(crate) mod sealed {
 /// | --- | --- | --- |
 /// | `int`, `float`, `unsigned long long`, a `struct` by value … | the [`DeviceCopy`] type (`i32`, `f32`, `u64`, your `#[repr(C)]` struct) | the value |
 /// | `bool` | `bool` | a `bool` |
-/// | `T*`, `const T*` | `*mut T`, `*const T` | `&DeviceBuffer<T>` (or a [`slice`](DeviceBuffer::slice) of one) |
-/// | `Slice<T>` (`{ T* ptr; unsigned long long len; }`) | [`Slice<T>`] | `&DeviceBuffer<T>`: its address and length |
+/// | `T*`, `const T*` | `*mut T`, `*const T` | `&DeviceBuffer<T>` (or a [`slice`](DeviceBuffer::slice) of one), or in a graph a `&`[`GraphBuffer<T>`](crate::GraphBuffer) |
+/// | `Slice<T>` (`{ T* ptr; unsigned long long len; }`) | [`Slice<T>`] | `&DeviceBuffer<T>` or `&GraphBuffer<T>`: its address and length |
+/// | `ConstSlice<T>` (`{ const T* ptr; unsigned long long len; }`) | [`ConstSlice<T>`] | as for `Slice<T>` |
 /// | `cudaGraphConditionalHandle` | [`ConditionalHandle`](crate::ConditionalHandle) | the handle |
 /// | `cudaGraphExec_t` | [`DeviceGraph`](crate::DeviceGraph) | the device graph (by value or reference) |
 ///
@@ -66,7 +67,7 @@ pub(crate) mod sealed {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kernel parameter type",
     label = "not a kernel parameter type",
-    note = "parameter types are `DeviceCopy` values (`i32`, `f32`, `#[repr(C)]` structs), `bool`, `*mut T` / `*const T` / `Slice<T>` (given a `&DeviceBuffer<T>`), `ConditionalHandle` and `DeviceGraph`"
+    note = "parameter types are `DeviceCopy` values (`i32`, `f32`, `#[repr(C)]` structs), `bool`, `*mut T` / `*const T` / `Slice<T>` / `ConstSlice<T>` (given a `&DeviceBuffer<T>`), `ConditionalHandle` and `DeviceGraph`"
 )]
 pub trait KernelParam: sealed::Param {}
 
@@ -209,6 +210,78 @@ impl<T: DeviceCopy> sealed::ArgFor<Slice<T>> for &mut DeviceBuffer<T> {
 }
 impl<T: DeviceCopy> ArgFor<Slice<T>> for &mut DeviceBuffer<T> {}
 
+/// A read-only buffer passed with its length: the kernel parameter
+/// `template <typename T> struct ConstSlice { const T* ptr; unsigned long long len; };` (16
+/// bytes), the `const` twin of [`Slice<T>`]. Declared in a signature as `ConstSlice<T>` and
+/// given a `&DeviceBuffer<T>` (or a [`GraphBuffer`](crate::GraphBuffer)).
+///
+/// ```cuda
+/// template <typename T> struct ConstSlice { const T* ptr; unsigned long long len; };
+/// extern "C" __global__ void sum(ConstSlice<float> x, float* out) { /* reads x.ptr[i], i < x.len */ }
+/// ```
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # fn f(module: &Module, x: &DeviceBuffer<f32>, out: &DeviceBuffer<f32>, stream: &Stream) -> cuda_graph::Result<()> {
+/// // SAFETY: `sum` (above) reads x.ptr[i] for i < x.len and writes out[0].
+/// let sum = unsafe { module.kernel::<(ConstSlice<f32>, *mut f32)>("sum")? };
+/// stream.launch(&sum, LaunchConfig::single(), (x, out))?;
+/// # Ok(()) }
+/// ```
+pub struct ConstSlice<T>(PhantomData<fn() -> T>, std::convert::Infallible);
+
+impl<T> std::fmt::Debug for ConstSlice<T> {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {}
+    }
+}
+
+impl<T: DeviceCopy> sealed::Param for ConstSlice<T> {
+    const SIZE: usize = std::mem::size_of::<RawSlice>();
+}
+impl<T: DeviceCopy> KernelParam for ConstSlice<T> {}
+impl<T: DeviceCopy> sealed::ArgFor<ConstSlice<T>> for &DeviceBuffer<T> {
+    fn push_as<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
+        sealed::ArgFor::<Slice<T>>::push_as(self, args);
+    }
+    fn refs_as<'a>(&'a self, refs: &mut ArgRefs<'a>) {
+        refs.slice(&self.alloc, self.len());
+    }
+}
+impl<T: DeviceCopy> ArgFor<ConstSlice<T>> for &DeviceBuffer<T> {}
+impl<T: DeviceCopy> sealed::ArgFor<ConstSlice<T>> for &mut DeviceBuffer<T> {
+    fn push_as<'a>(self, args: &mut KernelArgs<'a>)
+    where
+        Self: 'a,
+    {
+        sealed::ArgFor::<Slice<T>>::push_as(&*self, args);
+    }
+    fn refs_as<'a>(&'a self, refs: &mut ArgRefs<'a>) {
+        refs.slice(&self.alloc, self.len());
+    }
+}
+impl<T: DeviceCopy> ArgFor<ConstSlice<T>> for &mut DeviceBuffer<T> {}
+
+/// A kernel argument's use of graph memory ([`GraphBuffer`](crate::GraphBuffer)): the graph and
+/// its allocation node (raw handle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GraphUse {
+    pub(crate) graph: u64,
+    pub(crate) alloc: usize,
+}
+
+/// The bytes of a `Slice<T>` or `ConstSlice<T>` argument pushed as a value (the untyped path
+/// of typed arguments).
+pub(crate) fn push_slice(args: &mut KernelArgs<'_>, ptr: u64, len: usize) {
+    args.push_value(RawSlice {
+        ptr,
+        len: len as u64,
+    });
+}
+
 /// A kernel's parameter list: a tuple of [`KernelParam`] types, `()` to `(P1, …, P12)`. Sealed.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kernel signature",
@@ -222,7 +295,7 @@ pub trait Signature: sealed::Signature {}
 #[diagnostic::on_unimplemented(
     message = "these arguments do not match the kernel's parameters `{S}`",
     label = "expected one argument per parameter of `{S}`, in order",
-    note = "give a tuple with one argument per parameter: `(&y, &x, n)`; a `*mut T` parameter takes a `&DeviceBuffer<T>`, a value parameter its exact type; memory that exists only while a graph runs (`GraphAllocation`) goes through the `_unchecked` entry points"
+    note = "give a tuple with one argument per parameter: `(&y, &x, n)`; a `*mut T` parameter takes a `&DeviceBuffer<T>`, a value parameter its exact type; memory that exists only while a graph runs (`GraphAllocation`) is passed as its `view::<T>()`"
 )]
 pub trait ArgsFor<S: Signature>: sealed::ArgsFor<S> {}
 
@@ -418,8 +491,11 @@ pub struct ArgRefs<'a> {
     /// what it is).
     device: i32,
     elsewhere: Option<(i32, &'static str)>,
-    /// Whether an argument (a device graph) may only be passed to a kernel in a graph.
+    /// Whether an argument (a device graph, graph memory) may only be passed to a kernel in a
+    /// graph.
     needs_graph: bool,
+    /// The graph memory among the arguments.
+    memory: SmallVec<[GraphUse; 1]>,
 }
 
 impl std::fmt::Debug for ArgRefs<'_> {
@@ -459,6 +535,14 @@ impl<'a> ArgRefs<'a> {
     /// A `Slice<T>` parameter: address and length, in a header kept here.
     #[inline]
     fn slice(&mut self, alloc: &'a Arc<DeviceAlloc>, len: usize) {
+        self.header(alloc.ptr, len);
+        self.on_device(alloc.ctx.device, "a buffer");
+        self.owners.push(OwnerRef::Alloc(alloc));
+    }
+
+    /// A `Slice<T>` header of `ptr` and `len`, kept here, as the next parameter.
+    #[inline]
+    fn header(&mut self, ptr: u64, len: usize) {
         let i = self.nslices.min(MAX_PARAMS - 1);
         // SAFETY: `slices` points at `MAX_PARAMS` headers in `with_refs`'s frame, which outlive
         // this value; `i < MAX_PARAMS`.
@@ -466,14 +550,12 @@ impl<'a> ArgRefs<'a> {
         // SAFETY: as above; a `RawSlice` is plain data, written whole.
         unsafe {
             header.write(RawSlice {
-                ptr: alloc.ptr,
+                ptr,
                 len: len as u64,
             })
         };
         self.nslices = i + 1;
         self.push(header.cast());
-        self.on_device(alloc.ctx.device, "a buffer");
-        self.owners.push(OwnerRef::Alloc(alloc));
     }
 
     /// A parameter with bytes of its own and an owner on `device` that is not a buffer.
@@ -483,6 +565,37 @@ impl<'a> ArgRefs<'a> {
         self.on_device(device, "a device graph");
         self.needs_graph = true;
         self.owners.push(OwnerRef::Other(owner));
+    }
+
+    /// A `T*` parameter in graph memory (a [`GraphBuffer`](crate::GraphBuffer)) on `device`.
+    pub(crate) fn graph_memory(&mut self, value: &'a u64, used: GraphUse, device: i32) {
+        self.push((value as *const u64).cast_mut().cast());
+        self.note_graph_memory(used, device);
+    }
+
+    /// A `Slice<T>` parameter in graph memory, as [`graph_memory`](Self::graph_memory).
+    pub(crate) fn graph_memory_slice(&mut self, ptr: u64, len: usize, used: GraphUse, device: i32) {
+        self.header(ptr, len);
+        self.note_graph_memory(used, device);
+    }
+
+    fn note_graph_memory(&mut self, used: GraphUse, device: i32) {
+        self.on_device(device, "graph memory");
+        self.needs_graph = true;
+        if !self.memory.contains(&used) {
+            self.memory.push(used);
+        }
+    }
+
+    /// Whether graph memory is among the arguments.
+    #[inline]
+    pub(crate) fn uses_graph_memory(&self) -> bool {
+        !self.memory.is_empty()
+    }
+
+    /// The graph memory among the arguments.
+    pub(crate) fn graph_uses(&self) -> &[GraphUse] {
+        &self.memory
     }
 
     /// A conditional handle of the graph `graph`.
@@ -508,11 +621,17 @@ impl<'a> ArgRefs<'a> {
             return Ok(());
         }
         match target {
+            None if !self.memory.is_empty() => Err(Error::InvalidArgument(
+                "a GraphBuffer exists only while its graph runs: use it in kernels captured into, or added to, the graph that allocates it (after the allocation), not on a plain stream".into(),
+            )),
             None if self.needs_graph || !self.handles.is_empty() => {
                 Err(Error::InvalidArgument(
                     "a kernel that takes a conditional handle or a device graph runs only inside a graph: record it into a capture or add it to a definition".into(),
                 ))
             }
+            Some(g) if self.memory.iter().any(|m| m.graph != g.id) => Err(Error::InvalidArgument(
+                "a GraphBuffer is used in another graph than the one that allocates it (a conditional body or child graph included): graph memory exists only inside its own graph".into(),
+            )),
             Some(g) if self.handles.iter().any(|&h| !g.any_in_chain(|id| id == h)) => {
                 Err(Error::ForeignConditionalHandle)
             }
@@ -576,6 +695,7 @@ pub(crate) fn with_refs<S: Signature, R>(
         device,
         elsewhere: None,
         needs_graph: false,
+        memory: SmallVec::new(),
     };
     sealed::ArgsFor::refs_all(args, &mut refs);
     f(&mut refs)

@@ -11,15 +11,15 @@ mod observer;
 mod pinned;
 mod stream;
 
-#[cfg(feature = "cudarc")]
-pub(crate) use buffer::bounds as buffer_bounds;
+pub(crate) use buffer::bounds;
 pub use buffer::{DeviceBuffer, DeviceCopy};
 pub use device::{Device, GraphMemoryUsage};
 pub use event::{Event, EventOptions};
 pub(crate) use kernel::{
-    arg_for, collect as collect_args, sealed as kernel_sealed, with_refs, ArgRefs, OwnerRef,
+    arg_for, collect as collect_args, push_slice, sealed as kernel_sealed, with_refs, ArgRefs,
+    GraphUse, OwnerRef,
 };
-pub use kernel::{ArgFor, ArgsFor, Kernel, KernelParam, Signature, Slice};
+pub use kernel::{ArgFor, ArgsFor, ConstSlice, Kernel, KernelParam, Signature, Slice};
 pub use launch::{KernelArg, KernelArgs, LaunchConfig};
 pub use module::{Function, Module};
 pub use observer::ReleaseObserver;

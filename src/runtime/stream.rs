@@ -343,8 +343,8 @@ impl Stream {
 
     /// Binds the stream's context for work on it, refusing a host callback's thread. For a
     /// stream of its own, the thread's record of what the crate bound last is enough: the driver
-    /// runs work on a stream in the stream's context whichever context is current (see DESIGN,
-    /// "Which calls need a current context"). The special handles (0 to 2: the legacy default
+    /// runs work on a stream in the stream's context whichever context is current (see
+    /// docs/design/captures.md, "Which calls need a current context"). The special handles (0 to 2: the legacy default
     /// stream, which a borrowed stream can be, and the per-thread one, which `from_raw`'s
     /// contract excludes) name a stream of the *current* context, so for them the driver is
     /// asked.
@@ -449,6 +449,9 @@ impl Stream {
         }
         super::with_refs(&args, device, |refs| {
             refs.check_device("stream")?;
+            if refs.uses_graph_memory() {
+                return self.launch_with_graph_memory(function, &config, refs);
+            }
             let params = refs.params();
             // SAFETY: `params` points at one pointer per parameter, each at argument bytes that
             // live until the call returns; `Kernel`'s maker promised its signature and bounds,
@@ -462,6 +465,60 @@ impl Stream {
                     refs.owners.iter().copied(),
                     |graph| refs.check_target(graph),
                 )
+            }
+        })
+    }
+
+    /// A typed launch whose arguments include graph memory ([`GraphBuffer`](crate::GraphBuffer)):
+    /// only into a capture of the graph that allocates it, after the allocation node (the
+    /// capture's dependencies reach it), and recorded as a user of each allocation for the check
+    /// of its free. The stream's slot and the capture's tree stay held from the check to the
+    /// record (`enqueue`), so no other work on the stream comes between.
+    #[cold]
+    #[inline(never)]
+    fn launch_with_graph_memory(
+        &self,
+        function: &Function,
+        config: &LaunchConfig,
+        refs: &mut super::ArgRefs<'_>,
+    ) -> Result<()> {
+        self.enqueue(|rec| {
+            refs.check_target(rec.capture.map(|(graph, _)| &**graph))?;
+            let (Some(graph), Some(tree)) = (rec.graph_id(), rec.tree.as_deref_mut()) else {
+                // `check_target` refused a stream outside a capture.
+                return Err(Error::InvalidArgument(
+                    "a GraphBuffer is used outside a capture".into(),
+                ));
+            };
+            let stream = self.raw();
+            let deps = crate::definition::capture_dependencies(stream)?;
+            // SAFETY: the capture's dependencies are live nodes of its graph, whose tree is
+            // locked and whose stream's slot is held (`rec`).
+            unsafe { crate::definition::check_after_allocations(graph, &deps, refs.graph_uses()) }?;
+            tree.keep(&function.module);
+            for o in refs.owners.iter().copied() {
+                match o {
+                    super::OwnerRef::Alloc(alloc) => tree.keep(alloc),
+                    super::OwnerRef::Other(owner) => tree.keep_dyn(owner),
+                }
+            }
+            let params = refs.params();
+            // SAFETY: the stream's context is bound (by `enqueue`); `params` points at one
+            // pointer per parameter, each at argument bytes that live until the call returns;
+            // `Kernel`'s maker promised its signature and bounds, and the graph memory among the
+            // arguments exists when the node runs (checked above, and at its free).
+            unsafe { self.launch_here(function, config, params) }?;
+            match crate::definition::capture_dependencies(stream)?.as_slice() {
+                [node] => {
+                    crate::definition::note_users(tree, *node as usize, refs.graph_uses());
+                    Ok(())
+                }
+                // The launch is in the graph, but its node cannot be named: the free node could
+                // not be checked against it.
+                other => {
+                    tree.break_with(|| format!("a captured launch using graph memory left the capture with {} dependencies instead of its node, so its free cannot be checked", other.len()));
+                    Err(Error::InvalidArgument("after a captured launch using a GraphBuffer the capture does not end in its node".into()))
+                }
             }
         })
     }
@@ -532,8 +589,8 @@ impl Stream {
     /// lock, so it is serialised with this. The builder's launch is the per-node path of a
     /// capture: going through [`enqueue`](Self::enqueue)'s closure and a [`Recording`] cost 214
     /// instructions per launch with the stub driver, this 187 (one buffer argument: 261, 234;
-    /// a typed launch: 366, 300; see DESIGN, "Counting the crate's own instructions", for the
-    /// counts after the later changes). Other launches take the stream's capture slot.
+    /// a typed launch: 366, 300; `scripts/check-instructions.sh` keeps the
+    /// current counts). Other launches take the stream's capture slot.
     ///
     /// # Safety
     /// `params` points at one pointer per kernel parameter, each at argument bytes that live

@@ -41,6 +41,11 @@ pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
         graph_allocations_as_buffers,
     ),
     (
+        "kernels::graph_buffers_are_safe_views_checked_in_order",
+        Needs::Gpu,
+        graph_buffers_are_safe_views_checked_in_order,
+    ),
+    (
         "kernels::borrowed_memory_outlives_the_stream_work_that_uses_it",
         Needs::Gpu,
         borrowed_memory_outlives_the_stream_work_that_uses_it,
@@ -443,6 +448,163 @@ fn graph_allocations_as_buffers(gpu: &Gpu) -> TestResult {
         unsafe { odd.as_buffer::<i32>() },
         Err(Error::InvalidArgument(_))
     ));
+    Ok(())
+}
+
+/// `GraphAllocation::view`: typed kernels take the view (no `unsafe`) only where the graph
+/// orders them after the allocation and before its free; everywhere else it is refused.
+fn graph_buffers_are_safe_views_checked_in_order(gpu: &Gpu) -> TestResult {
+    // SAFETY: copy_slice_i32(Slice<const int>, Slice<int>) copies min(len) elements.
+    let copy = unsafe {
+        gpu.module
+            .kernel::<(ConstSlice<i32>, Slice<i32>)>("copy_slice_i32")?
+    };
+    // SAFETY: fill_slice(Slice<int> p, int v) writes p.ptr[i] for i < p.len only.
+    let fill = unsafe { gpu.module.kernel::<(Slice<i32>, i32)>("fill_slice")? };
+    // SAFETY: add_one(int* p) adds one to p[0].
+    let add_one = unsafe { gpu.module.kernel::<(*mut i32,)>("add_one")? };
+    let s = gpu.stream();
+    let cfg = LaunchConfig::for_num_elems(64);
+    let refused = |r: cuda_graph::Result<KernelNode>, what: &str| -> TestResult {
+        match r {
+            Err(Error::InvalidArgument(m)) if m.contains(what) => Ok(()),
+            other => Err(format!("expected a refusal naming `{what}`, got {other:?}").into()),
+        }
+    };
+
+    // A definition: alloc -> fill -> (+1 at 0) -> copy out -> free.
+    let out = gpu.device.alloc_zeroed::<i32>(8)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (alloc, scratch) = def.add_mem_alloc(&[], 8 * 4)?;
+    let tmp = scratch.view::<i32>()?;
+    assert_eq!(tmp.len(), 8);
+    let filled = def.add_kernel(&[&alloc], &fill, cfg, (&tmp, 6))?;
+    let bumped = def.add_kernel(
+        &[&filled],
+        &add_one,
+        LaunchConfig::single(),
+        &tmp.slice(3..)?,
+    )?;
+    // Not after the allocation node: refused, with nothing added.
+    let before = def.nodes()?.len();
+    refused(
+        def.add_kernel(&[], &fill, cfg, (&tmp, 1)),
+        "after its allocation node",
+    )?;
+    assert_eq!(def.nodes()?.len(), before);
+    // In another graph: refused.
+    let other = GraphDefinition::new(&gpu.device)?;
+    refused(
+        other.add_kernel(&[], &fill, cfg, (&tmp, 1)),
+        "another graph",
+    )?;
+    // On a plain stream, and in node parameters: refused.
+    match s.launch(&fill, cfg, (&tmp, 1)) {
+        Err(Error::InvalidArgument(m)) if m.contains("plain stream") => {}
+        other => return Err(format!("a plain-stream launch of a GraphBuffer: {other:?}").into()),
+    }
+    assert!(matches!(
+        NodeParams::kernel(&fill, cfg, (&tmp, 1)),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A second user beside the first: the free must come after both.
+    let side = def.add_kernel(
+        &[&filled],
+        &add_one,
+        LaunchConfig::single(),
+        &tmp.slice(7..)?,
+    )?;
+    let copied = def.add_kernel(&[&bumped], &copy, cfg, (&tmp, &out))?;
+    let copied_after_side = def.add_empty(&[&copied, &side])?;
+    def.add_mem_free(&[&copied_after_side], scratch)?;
+    let exec = def.instantiate()?;
+    for _ in 0..3 {
+        exec.launch(&s)?;
+    }
+    s.synchronize()?;
+    let got = out.to_vec()?;
+    // The side kernel and the copy are unordered (both after the fill): 6 or 7 at element 7;
+    // everything else is exact.
+    assert_eq!(&got[..7], &[6, 6, 6, 7, 6, 6, 6]);
+    assert!(got[7] == 6 || got[7] == 7, "{got:?}");
+
+    // A free whose dependencies miss a user is refused (the allocation stays allocated; the exec
+    // frees it when dropped).
+    let def2 = GraphDefinition::new(&gpu.device)?;
+    let (alloc2, scratch2) = def2.add_mem_alloc(&[], 4 * 4)?;
+    let v2 = scratch2.view::<i32>()?;
+    let a = def2.add_kernel(&[&alloc2], &fill, cfg, (&v2, 2))?;
+    let _b = def2.add_kernel(&[&alloc2], &fill, cfg, (&v2, 3))?;
+    match def2.add_mem_free(&[&a], scratch2) {
+        Err(Error::InvalidArgument(m)) if m.contains("free node must run after") => {}
+        other => return Err(format!("a free before a user: {other:?}").into()),
+    }
+    let exec2 = def2.instantiate()?;
+    exec2.launch(&s)?;
+    s.synchronize()?;
+    drop(exec2);
+
+    // An exec takes no update from another graph's views (its kernels would address memory this
+    // exec does not map); its own source is fine.
+    let twin = GraphDefinition::new(&gpu.device)?;
+    let (ta, tscratch) = twin.add_mem_alloc(&[], 8 * 4)?;
+    let tv = tscratch.view::<i32>()?;
+    twin.add_kernel(&[&ta], &fill, cfg, (&tv, 1))?;
+    let plain = GraphDefinition::new(&gpu.device)?;
+    let (pa, _pscratch) = plain.add_mem_alloc(&[], 8 * 4)?;
+    plain.add_empty(&[&pa])?;
+    let pexec = plain.instantiate()?;
+    match pexec.update(&twin) {
+        Err(Error::Update {
+            reason: cuda_graph::UpdateFailure::GraphMemory,
+            ..
+        }) => {}
+        other => return Err(format!("an update from another graph's views: {other:?}").into()),
+    }
+    exec.update(&def)?;
+    drop(pexec);
+
+    // A capture: alloc_async -> fill -> copy out -> free_async, and the refusals there.
+    let out2 = gpu.device.alloc_zeroed::<i32>(4)?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    let [before_alloc, idle] = b.split::<2>()?;
+    let scratch = b.alloc_async(4 * 4)?;
+    let tmp = scratch.view::<i32>()?;
+    // A fork made before the allocation does not run after it.
+    match before_alloc.launch(&fill, cfg, (&tmp, 4)) {
+        Err(Error::InvalidArgument(m)) if m.contains("after its allocation node") => {}
+        other => return Err(format!("a fork older than the allocation: {other:?}").into()),
+    }
+    b.join([before_alloc, idle])?;
+    b.launch(&fill, cfg, (&tmp, 4))?;
+    b.launch(&add_one, LaunchConfig::single(), &tmp)?;
+    let [late, idle2] = b.split::<2>()?;
+    late.launch(&add_one, LaunchConfig::single(), &tmp.slice(1..)?)?;
+    b.launch(&copy, cfg, (&tmp, &out2))?;
+    b.join([late, idle2])?;
+    b.free_async(scratch)?;
+    let g = b.end_building()?.instantiate()?;
+    g.launch(&s)?;
+    s.synchronize()?;
+    let got = out2.to_vec()?;
+    assert_eq!(got[0], 5);
+    assert!(got[1] == 4 || got[1] == 5, "{got:?}");
+    assert_eq!(&got[2..], &[4, 4]);
+
+    // A free on the primary stream while a fork's user is not joined yet: refused.
+    let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+    let scratch = b.alloc_async(4 * 4)?;
+    let tmp = scratch.view::<i32>()?;
+    let [user, idle] = b.split::<2>()?;
+    user.launch(&fill, cfg, (&tmp, 1))?;
+    match b.free_async(scratch) {
+        Err(Error::InvalidArgument(m)) if m.contains("free node must run after") => {}
+        other => return Err(format!("a free before a fork's user: {other:?}").into()),
+    }
+    b.join([user, idle])?;
+    let g = b.end_building()?.instantiate()?;
+    g.launch(&s)?;
+    s.synchronize()?;
     Ok(())
 }
 
