@@ -6,7 +6,7 @@
 #   scripts/count-instructions.sh                # every case
 #   scripts/count-instructions.sh capture-buf    # one case
 #
-# Needs gcc and valgrind. See docs/DESIGN.md, "Counting the crate's own instructions".
+# Needs gcc and valgrind. See docs/design/performance.md, "Counting the crate's own instructions".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/stub-host-cost.sh

@@ -8,7 +8,7 @@
 #   scripts/count-misses.sh                # every case, crate and raw
 #   scripts/count-misses.sh explicit       # one case
 #
-# Needs gcc and valgrind. See docs/DESIGN.md, "Cache lines per node".
+# Needs gcc and valgrind. See docs/design/performance.md, "Cache lines per node".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/stub-host-cost.sh

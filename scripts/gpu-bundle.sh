@@ -69,7 +69,7 @@ for t in "$here"/unit-* "$here"/test-*; do
     # Memory errors fail the run. API errors (calls returning an error) are listed with
     # SANITIZE_API=1; the negative tests make some on purpose.
     api=no; [ "${SANITIZE_API:-0}" = 1 ] && api=explicit
-    # One test fails under memcheck only (docs/DESIGN.md, "Running under compute-sanitizer").
+    # One test fails under memcheck only (docs/design/performance.md, "Running under compute-sanitizer").
     run compute-sanitizer --tool memcheck --report-api-errors "$api" --error-exitcode 1 "$t" \
       --skip safety::conditional_execs_updated_while_their_launches_run
   else

@@ -4,7 +4,7 @@
 //! release thread is a real thread fed by a channel; the loom models at the end of this file make
 //! a fresh one in every execution, with a release thread of their own.
 //!
-//! The rules (see `release` and docs/DESIGN.md, "Where and when driver objects are destroyed"):
+//! The rules (see `release` and docs/design/destruction.md, "The release thread"):
 //! a destroy runs at once unless a `Global` capture records (anywhere), a `ThreadLocal` or `Global`
 //! capture records on this thread, or this thread runs a host callback; then it is queued and the
 //! release thread is woken, which runs the queue once no `Global` capture records. The check and
@@ -289,7 +289,7 @@ mod loom_tests {
     //! and release thread (`serve` over a channel closed at the end, as `std::sync::mpsc`'s
     //! queue: messages are never lost or merged). Jobs record what they saw in atomics (and
     //! `contain` lets panics through under loom); the model checks the records at the end.
-    //! Run with `RUSTFLAGS="--cfg cuda_graph_loom" cargo test --release --lib loom` (see docs/DESIGN.md).
+    //! Run with `RUSTFLAGS="--cfg cuda_graph_loom" cargo test --release --lib loom` (see docs/design/destruction.md).
 
     use super::*;
     use loom::sync::{Arc, Condvar};

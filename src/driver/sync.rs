@@ -1,6 +1,6 @@
 //! The synchronisation primitives of the tree lock ([`super::tree_lock`]) and of the destroy
 //! hand-off ([`super::handoff`]): `std`'s, or the `loom` model checker's when built with
-//! `--cfg cuda_graph_loom` (see docs/DESIGN.md, "Model-checking the tree lock and the hand-off"). Ordinary
+//! `--cfg cuda_graph_loom` (see docs/design/destruction.md, "Model-checking the tree lock and the hand-off"). Ordinary
 //! builds get `std`'s types themselves, and a cell whose accessors are `UnsafeCell::get`
 //! inlined: nothing is added to the code that uses them.
 

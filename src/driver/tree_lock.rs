@@ -324,7 +324,7 @@ mod loom_tests {
     //! the sleeper round its loop to sleep again, from a state the model already explores, so
     //! the clock leaves those out.) Without the clock, loom finds a sleeper that waits forever:
     //! the missed wake-up the module's documentation describes. Run with
-    //! `RUSTFLAGS="--cfg cuda_graph_loom" cargo test --release --lib loom` (see docs/DESIGN.md).
+    //! `RUSTFLAGS="--cfg cuda_graph_loom" cargo test --release --lib loom` (see docs/design/destruction.md).
 
     use super::*;
     use loom::sync::Arc;

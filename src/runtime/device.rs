@@ -255,7 +255,7 @@ impl Device {
     /// This is the safe way to load code built elsewhere. The driver's PTX path reads text up to
     /// its end and reports what it cannot compile as an error: fuzzing it with thousands of
     /// truncated and byte-changed PTX files gave errors or modules, never a crash (see
-    /// `docs/DESIGN.md`, "Module images"; `examples/ptx_fuzz.rs` repeats the run). Text with a
+    /// `docs/design/kernels.md`, "Module images"; `examples/ptx_fuzz.rs` repeats the run). Text with a
     /// NUL or a control character other than tabs, line ends and form feeds is an
     /// [`Error::InvalidArgument`] before the driver sees it; PTX the driver refuses is its error,
     /// e.g. `cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): a PTX JIT compilation
@@ -281,7 +281,7 @@ impl Device {
         }
         super::image::check_ptx_text(ptx.as_bytes())?;
         // SAFETY: the image is PTX text (checked above), which the driver compiles and whose
-        // errors it reports, whatever the text says (fuzzed: see `docs/DESIGN.md`).
+        // errors it reports, whatever the text says (fuzzed: see `docs/design/kernels.md`, "Module images").
         unsafe { self.load_module(ptx.as_bytes()) }
     }
 

@@ -229,8 +229,8 @@ impl Default for KernelArgs<'_> {
 impl Drop for KernelArgs<'_> {
     /// A list that holds nothing to free (inline values, borrowed owners, nothing spilled) is
     /// done here, inline in the caller: the usual launch's arguments, built per launch. Others
-    /// are dropped out of line (see DESIGN, "What the crate's instructions cost between driver
-    /// calls").
+    /// are dropped out of line (see docs/design/performance.md, "Counting the crate's own
+    /// instructions").
     #[inline]
     fn drop(&mut self) {
         if self.owns {

@@ -1308,7 +1308,7 @@ fn conditional_execs_dropped_right_after_their_launch(gpu: &Gpu) -> TestResult {
 /// `CUDA_ERROR_ILLEGAL_ADDRESS` and no memcheck error, also with every source kept alive and with
 /// nothing but `cuGraphExecUpdate` and `cuGraphLaunch` between launches; with a synchronize
 /// between launches it passes. Without the tool it passes: `run-all.sh` skips this test under
-/// the sanitizer (docs/DESIGN.md, "Running under compute-sanitizer").
+/// the sanitizer (docs/design/performance.md, "Running under compute-sanitizer").
 fn conditional_execs_updated_while_their_launches_run(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(1)?;
     let s = gpu.stream();
