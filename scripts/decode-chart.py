@@ -4,22 +4,37 @@ examples/decode and benches/peers/torch_decode.py print (`decode,<config>,<mode>
 
     python3 scripts/decode-chart.py docs/decode.csv docs/decode.svg "H100 80GB HBM3, driver 13.0"
 
-No dependencies: the SVG is written by hand. One group of bars per configuration, one bar per
-mode, PyTorch's in grey; each bar is labelled with its tokens per second.
+No dependencies: the SVG is written by hand. One group of bars per configuration: PyTorch's
+modes in grey, then each kernel set of examples/decode (the rows' last column, `kernels`:
+`cublas` in blues, `fused` in oranges; rows without it, as the example printed before it had
+kernel sets, count as `cublas`), one bar per mode; each bar is labelled with its tokens per
+second.
 """
 
 import csv
 import html
 import sys
 
-COLOURS = {
-    "torch-eager": "#b0b0b0",
-    "torch-cuda-graph": "#7a7a7a",
-    "eager": "#9ecae1",
-    "capture-per-step": "#6baed6",
-    "static-graph": "#3182bd",
-    "on-device": "#08519c",
+# The peer's modes: (mode, colour).
+TORCH = [("torch-eager", "#b0b0b0"), ("torch-cuda-graph", "#7a7a7a")]
+MODES = ["eager", "capture-per-step", "static-graph", "on-device"]
+# Each kernel set's colours, one per mode of MODES.
+SETS = {
+    "cublas": ["#9ecae1", "#6baed6", "#3182bd", "#08519c"],
+    "fused": ["#fdbe85", "#fd8d3c", "#e6550d", "#a63603"],
 }
+
+
+def series_of(row):
+    """The bar a row belongs to: (series key, legend label, colour), or None for unknown ones."""
+    mode = row[2]
+    for m, colour in TORCH:
+        if mode == m:
+            return (m, m, colour)
+    kernels = row[8] if len(row) > 8 and row[8] else "cublas"
+    if mode in MODES and kernels in SETS:
+        return (f"{kernels}/{mode}", f"{kernels} {mode}", SETS[kernels][MODES.index(mode)])
+    return None
 
 
 def main():
@@ -30,42 +45,53 @@ def main():
     for r in rows:
         if r[1] not in configs:
             configs.append(r[1])
-    modes = [m for m in COLOURS if any(r[2] == m for r in rows)]
-    value = {(r[1], r[2]): float(r[3]) for r in rows}
+    value, label, colour = {}, {}, {}
+    for r in rows:
+        s = series_of(r)
+        if s is None:
+            continue
+        key, lab, col = s
+        value[(r[1], key)] = float(r[3])
+        label[key], colour[key] = lab, col
+    # Bar order: the peer, then each set's modes.
+    order = [m for m, _ in TORCH] + [f"{k}/{m}" for k in SETS for m in MODES]
+    series = [k for k in order if k in label]
     bar, gap, group_gap, left, top, height = 46, 6, 40, 60, 60, 300
-    width = left + len(configs) * (len(modes) * (bar + gap) + group_gap) + 20
+    width = max(left + len(configs) * (len(series) * (bar + gap) + group_gap) + 20, 700)
+    legend_rows = (len(series) + 3) // 4
     svg = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + height + 90}" '
-        'font-family="sans-serif" font-size="11">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{top + height + 50 + 20 * legend_rows}" font-family="sans-serif" font-size="11">',
         f'<text x="{left}" y="22" font-size="15" font-weight="bold">Decode throughput, tokens per second '
         "(fp32, batch 1, 16 + 256 tokens)</text>",
         f'<text x="{left}" y="40" fill="#555">{html.escape(subtitle)}; each group scaled to its own best</text>',
     ]
     x = left
     for c in configs:
-        best = max(value.get((c, m), 0.0) for m in modes) or 1.0
-        for m in modes:
-            v = value.get((c, m))
+        best = max(value.get((c, k), 0.0) for k in series) or 1.0
+        for k in series:
+            v = value.get((c, k))
             if v is None:
                 x += bar + gap
                 continue
             h = height * v / best
             y = top + height - h
-            svg.append(f'<rect x="{x}" y="{y:.1f}" width="{bar}" height="{h:.1f}" fill="{COLOURS[m]}"/>')
+            svg.append(f'<rect x="{x}" y="{y:.1f}" width="{bar}" height="{h:.1f}" fill="{colour[k]}"/>')
             svg.append(f'<text x="{x + bar / 2}" y="{y - 4:.1f}" text-anchor="middle">{v:,.0f}</text>')
             x += bar + gap
-        group_w = len(modes) * (bar + gap)
+        group_w = len(series) * (bar + gap)
         svg.append(
             f'<text x="{x - group_w / 2}" y="{top + height + 18}" text-anchor="middle" '
             f'font-size="13" font-weight="bold">{html.escape(c)}</text>'
         )
         x += group_gap
     svg.append(f'<line x1="{left - 5}" y1="{top + height}" x2="{x}" y2="{top + height}" stroke="#333"/>')
-    lx = left
-    for m in modes:
-        svg.append(f'<rect x="{lx}" y="{top + height + 40}" width="12" height="12" fill="{COLOURS[m]}"/>')
-        svg.append(f'<text x="{lx + 16}" y="{top + height + 50}">{html.escape(m)}</text>')
-        lx += 16 + 7 * len(m) + 18
+    # The legend: four entries a line (a kernel set's modes share one).
+    for n, k in enumerate(series):
+        lx = left + (n % 4) * 170
+        ly = top + height + 40 + 20 * (n // 4)
+        svg.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{colour[k]}"/>')
+        svg.append(f'<text x="{lx + 16}" y="{ly + 10}">{html.escape(label[k])}</text>')
     svg.append("</svg>")
     open(out, "w").write("\n".join(svg) + "\n")
 

@@ -10,21 +10,31 @@
 //!    step, the argmax feeding the next step, a countdown ending the loop.
 //!
 //! ```text
-//! cargo run --release --example decode --features nvrtc [-- tiny|small|all [RUNS]]
+//! cargo run --release --example decode --features nvrtc [-- tiny|small|all [RUNS] [--kernels cublas|fused|both]]
 //! ```
 //!
 //! Per layer: RMSNorm, fused QKV projection, rotary embedding with the K/V cache append,
 //! attention of the new token over the cache, output projection with the residual, RMSNorm, a
 //! SiLU-gated MLP (fused gate/up projection) with the residual; then the final norm, the LM head
-//! and the argmax on the device. The GEMVs are cuBLAS's (`cublasSgemv`, on the crate's stream:
-//! captured with everything else); the other kernels are typed [`Kernel`]s compiled by NVRTC.
-//! fp32, batch 1, a 16-token prompt fed token by token, 256 tokens generated.
+//! and the argmax on the device. Two kernel sets do that math (`--kernels`, default `both`):
 //!
-//! Prints one CSV row per mode and configuration (`decode,<config>,<mode>,...`): tokens per
-//! second, host time to issue one token (µs), GPU time per token (µs, events), kernels per token
-//! and a checksum of the tokens; the medians of RUNS runs (default 5). Needs a CUDA driver, NVRTC
-//! and cuBLAS (`LD_LIBRARY_PATH=/usr/local/cuda/lib64`); without them it prints one line and
-//! exits with status 1.
+//! - **cublas** — the GEMVs are cuBLAS's (`cublasSgemv`, on the crate's stream: captured with
+//!   everything else), the other kernels typed [`Kernel`]s compiled by NVRTC; 3 + 9 · layers
+//!   kernels per token, the structure of the PyTorch peer.
+//! - **fused** — typed [`Kernel`]s only, no cuBLAS: each RMSNorm folded into the GEMV that reads
+//!   it, the SiLU into the gate/up GEMV, each residual into its GEMV, the rotary embedding and the
+//!   cache append into the attention, the argmax into the LM head; 2 + 5 · layers kernels.
+//!
+//! fp32, batch 1, a 16-token prompt fed token by token, 256 tokens generated. The four modes
+//! must generate the same tokens within a kernel set; the two sets sum in different orders, so
+//! their tokens may differ from each other.
+//!
+//! Prints one CSV row per configuration, mode and kernel set (`decode,<config>,<mode>,...`):
+//! tokens per second, host time to issue one token (µs), GPU time per token (µs, events), kernels
+//! per token, a checksum of the tokens and the kernel set; the medians of RUNS runs (default 5).
+//! Needs a CUDA driver, NVRTC and, for the cublas set, cuBLAS
+//! (`LD_LIBRARY_PATH=/usr/local/cuda/lib64`); without them it prints one line and exits with
+//! status 1.
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -78,12 +88,159 @@ impl Config {
         let per_layer = 3 * self.d * self.d + self.d * self.d + 3 * self.mlp * self.d + 2 * self.d;
         4 * (self.layers * per_layer + self.vocab * self.d + self.d)
     }
-    /// Kernels per step: embed; per layer 2 norms, 4 GEMVs, rope, attention, silu; final norm,
-    /// LM head, argmax.
-    fn kernels_per_token(&self) -> usize {
-        1 + self.layers * 9 + 3
+    /// Kernels per step. cublas: embed; per layer 2 norms, 4 GEMVs, rope, attention, silu;
+    /// final norm, LM head, argmax. fused: embed; per layer norm + QKV, rope + attention, output
+    /// projection + residual, norm + gate/up + SiLU, down projection + residual; norm + LM head +
+    /// argmax.
+    fn kernels_per_token(&self, set: KernelSet) -> usize {
+        match set {
+            KernelSet::Cublas => 1 + self.layers * 9 + 3,
+            KernelSet::Fused => 1 + self.layers * 5 + 1,
+        }
     }
 }
+
+/// Which kernels do a step's math.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KernelSet {
+    /// cuBLAS GEMVs between NVRTC kernels: the PyTorch peer's structure.
+    Cublas,
+    /// NVRTC kernels only, norms, activations, residuals and the argmax fused into the GEMVs.
+    Fused,
+}
+
+impl KernelSet {
+    fn name(self) -> &'static str {
+        match self {
+            KernelSet::Cublas => "cublas",
+            KernelSet::Fused => "fused",
+        }
+    }
+}
+
+/// Threads per block of the fused GEMVs: 8 warps, a warp to a row at a time.
+const GEMV_THREADS: u32 = 256;
+/// Blocks at most of a fused GEMV: 4 per SM of an H100 (132 SMs), as many as stay resident at
+/// the kernels' register use; more rows are taken in turn by the same warps. Also the length of
+/// the LM head's per-block partials.
+const GEMV_MAX_BLOCKS: usize = 4 * 132;
+/// Threads of the fused attention's block (one block per head): 32 warps, so that each walks
+/// few cache rows (a head's block is alone on its SM; 8 warps took about 27 µs a layer on small).
+const ATTENTION_THREADS: u32 = 1024;
+
+/// The fused set's launches for one configuration, checked once on the host: row lengths that
+/// are multiples of 4 (float4 loads), shared memory within the 48 KiB a launch gets without
+/// opting in, sizes that fit the kernels' `int`s.
+struct Fused {
+    qkv: LaunchConfig,
+    gate_up: LaunchConfig,
+    wo: LaunchConfig,
+    down: LaunchConfig,
+    attention: LaunchConfig,
+    lm_head: LaunchConfig,
+}
+
+impl Fused {
+    fn new(c: &Config) -> Result<Fused, Box<dyn Error>> {
+        if !c.d.is_multiple_of(4) || !c.mlp.is_multiple_of(4) {
+            return Err(format!(
+                "{}: the fused kernels read rows as float4: d ({}) and mlp ({}) must be multiples of 4",
+                c.name, c.d, c.mlp
+            )
+            .into());
+        }
+        if c.heads == 0 || !c.d.is_multiple_of(c.heads) {
+            return Err(format!(
+                "{}: d ({}) is not a multiple of heads ({})",
+                c.name, c.d, c.heads
+            )
+            .into());
+        }
+        for (what, n) in [("3·d", 3 * c.d), ("2·mlp", 2 * c.mlp), ("vocab", c.vocab)] {
+            if i32::try_from(n).is_err() {
+                return Err(format!("{}: {what} ({n}) exceeds the kernels' int", c.name).into());
+            }
+        }
+        Ok(Fused {
+            qkv: rows_launch(3 * c.d, c.d)?,
+            gate_up: rows_launch(c.mlp, c.d)?,
+            wo: rows_launch(c.d, 0)?,
+            down: rows_launch(c.d, 0)?,
+            attention: LaunchConfig {
+                grid: (u32::try_from(c.heads)?, 1, 1),
+                block: (ATTENTION_THREADS, 1, 1),
+                shared_mem_bytes: shared_bytes(MAX_T)?,
+            },
+            lm_head: rows_launch(c.vocab, c.d)?,
+        })
+    }
+}
+
+/// Bytes of `floats` f32s of dynamic shared memory, at most the 48 KiB any launch may ask for.
+fn shared_bytes(floats: usize) -> Result<u32, Box<dyn Error>> {
+    floats
+        .checked_mul(4)
+        .filter(|&b| b <= 48 << 10)
+        .and_then(|b| u32::try_from(b).ok())
+        .ok_or_else(|| format!("{floats} floats of shared memory exceed 48 KiB").into())
+}
+
+/// A fused GEMV over `rows` rows (a warp to a row, up to [`GEMV_MAX_BLOCKS`] blocks) keeping
+/// `shared_floats` floats in shared memory.
+fn rows_launch(rows: usize, shared_floats: usize) -> Result<LaunchConfig, Box<dyn Error>> {
+    let warps = (GEMV_THREADS / 32) as usize;
+    let blocks = rows.div_ceil(warps).clamp(1, GEMV_MAX_BLOCKS);
+    Ok(LaunchConfig {
+        grid: (u32::try_from(blocks)?, 1, 1),
+        block: (GEMV_THREADS, 1, 1),
+        shared_mem_bytes: shared_bytes(shared_floats)?,
+    })
+}
+
+/// The kernels a step runs: cuBLAS's GEMVs with the set's other kernels, or the fused set.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Cublas(&'a Cublas),
+    Fused(&'a Fused),
+}
+
+impl Path<'_> {
+    /// Directs cuBLAS's work to `stream`, where this path uses cuBLAS.
+    fn on(&self, stream: &Stream) -> Result<(), Box<dyn Error>> {
+        match self {
+            Path::Cublas(blas) => blas.on(stream),
+            Path::Fused(_) => Ok(()),
+        }
+    }
+}
+
+/// `rope_attention(qkv, pos, k_cache, v_cache, out, d, head_dim, max_t)`.
+type RopeAttention = Kernel<(
+    *const f32,
+    *const i32,
+    *mut f32,
+    *mut f32,
+    *mut f32,
+    i32,
+    i32,
+    i32,
+)>;
+/// `lm_head_argmax(w, x, norm_w, vocab, cols, part_v, part_i, counter, tokens, pos, prompt_len,
+/// max_t)`.
+type LmHeadArgmax = Kernel<(
+    *const f32,
+    *const f32,
+    *const f32,
+    i32,
+    i32,
+    *mut f32,
+    *mut i32,
+    *mut u32,
+    *mut i32,
+    *mut i32,
+    i32,
+    i32,
+)>;
 
 /// The typed kernels.
 struct Kernels {
@@ -104,6 +261,18 @@ struct Kernels {
     silu_mul: Kernel<(*const f32, *mut f32, i32)>,
     argmax_next: Kernel<(*const f32, i32, *mut i32, *mut i32, i32)>,
     countdown: Kernel<(ConditionalHandle, *mut i32)>,
+    /// `y = W · (rmsnorm(x) ∘ norm_w)`: (w, x, norm_w, y, rows, cols).
+    rms_gemv: Kernel<(*const f32, *const f32, *const f32, *mut f32, i32, i32)>,
+    /// `act = silu(W_gate h) ∘ (W_up h)`, `h = rmsnorm(x) ∘ norm_w`: (w_gate_up, x, norm_w, act,
+    /// mlp, cols).
+    rms_gate_up_silu: Kernel<(*const f32, *const f32, *const f32, *mut f32, i32, i32)>,
+    /// `x += W a`: (w, a, x, rows, cols).
+    gemv_residual: Kernel<(*const f32, *const f32, *mut f32, i32, i32)>,
+    /// rope_append + attention: (qkv, pos, k_cache, v_cache, out, d, head_dim, max_t).
+    rope_attention: RopeAttention,
+    /// Final norm, LM head and argmax_next: (w, x, norm_w, vocab, cols, part_v, part_i,
+    /// counter, tokens, pos, prompt_len, max_t).
+    lm_head_argmax: LmHeadArgmax,
 }
 
 struct Layer {
@@ -134,6 +303,13 @@ struct Model {
     tokens: DeviceBuffer<i32>,
     pos: DeviceBuffer<i32>,
     remaining: DeviceBuffer<i32>,
+    /// The fused LM head's best value per block ([`GEMV_MAX_BLOCKS`]).
+    part_v: DeviceBuffer<f32>,
+    /// The fused LM head's best index per block.
+    part_i: DeviceBuffer<i32>,
+    /// The fused LM head's count of finished blocks: zero between launches (its last block
+    /// sets it back).
+    arrived: DeviceBuffer<u32>,
 }
 
 /// A cuBLAS handle, destroyed on drop.
@@ -254,6 +430,9 @@ impl Model {
             tokens: device.alloc_zeroed(MAX_T)?,
             pos: device.alloc_zeroed(1)?,
             remaining: device.alloc_zeroed(1)?,
+            part_v: device.alloc_zeroed(GEMV_MAX_BLOCKS)?,
+            part_i: device.alloc_zeroed(GEMV_MAX_BLOCKS)?,
+            arrived: device.alloc_zeroed(1)?,
             cfg,
         };
         stream.synchronize()?;
@@ -273,8 +452,81 @@ impl Model {
     }
 
     /// One step — the token at `pos` in, the next token and `pos + 1` out — issued on `s`
-    /// (a plain stream, or a capture's or a body's stream).
-    fn step(&self, k: &Kernels, blas: &Cublas, s: &Stream) -> Result<(), Box<dyn Error>> {
+    /// (a plain stream, or a capture's or a body's stream) with the path's kernels.
+    fn step(&self, k: &Kernels, path: Path<'_>, s: &Stream) -> Result<(), Box<dyn Error>> {
+        match path {
+            Path::Cublas(blas) => self.step_cublas(k, blas, s),
+            Path::Fused(f) => self.step_fused(k, f, s),
+        }
+    }
+
+    /// [`Model::step`] with the fused kernels: 2 + 5 · layers launches, no cuBLAS.
+    fn step_fused(&self, k: &Kernels, f: &Fused, s: &Stream) -> Result<(), Box<dyn Error>> {
+        let c = self.cfg;
+        let (d, hd, mlp) = (c.d as i32, c.head_dim() as i32, c.mlp as i32);
+        s.launch(
+            &k.embed,
+            cfg1(256),
+            (&self.embedding, &self.tokens, &self.pos, &self.x, d),
+        )?;
+        for l in &self.layers {
+            s.launch(
+                &k.rms_gemv,
+                f.qkv,
+                (&l.wqkv, &self.x, &l.attn_norm, &self.qkv, 3 * d, d),
+            )?;
+            s.launch(
+                &k.rope_attention,
+                f.attention,
+                (
+                    &self.qkv,
+                    &self.pos,
+                    &l.k_cache,
+                    &l.v_cache,
+                    &self.attn,
+                    d,
+                    hd,
+                    MAX_T as i32,
+                ),
+            )?;
+            s.launch(&k.gemv_residual, f.wo, (&l.wo, &self.attn, &self.x, d, d))?;
+            s.launch(
+                &k.rms_gate_up_silu,
+                f.gate_up,
+                (&l.w_gate_up, &self.x, &l.mlp_norm, &self.act, mlp, d),
+            )?;
+            s.launch(
+                &k.gemv_residual,
+                f.down,
+                (&l.w_down, &self.act, &self.x, d, mlp),
+            )?;
+        }
+        if f.lm_head.grid.0 as usize > self.part_v.len() {
+            return Err("the LM head's grid exceeds its partials".into());
+        }
+        s.launch(
+            &k.lm_head_argmax,
+            f.lm_head,
+            (
+                &self.lm_head,
+                &self.x,
+                &self.final_norm,
+                c.vocab as i32,
+                d,
+                &self.part_v,
+                &self.part_i,
+                &self.arrived,
+                &self.tokens,
+                &self.pos,
+                PROMPT as i32,
+                MAX_T as i32,
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// [`Model::step`] with cuBLAS's GEMVs.
+    fn step_cublas(&self, k: &Kernels, blas: &Cublas, s: &Stream) -> Result<(), Box<dyn Error>> {
         let c = self.cfg;
         let (d, hd) = (c.d as i32, c.head_dim() as i32);
         s.launch(
@@ -372,14 +624,13 @@ impl Mode {
 struct Bench<'a> {
     device: &'a Device,
     k: &'a Kernels,
-    blas: &'a Cublas,
     stream: Stream,
     start: Event,
     end: Event,
 }
 
 impl Bench<'_> {
-    fn run(&self, m: &Model, mode: Mode) -> Result<Run, Box<dyn Error>> {
+    fn run(&self, m: &Model, mode: Mode, path: Path<'_>) -> Result<Run, Box<dyn Error>> {
         let s = &self.stream;
         m.reset()?;
         // What a mode prepares before its loop (captures, instantiation, upload) is not timed:
@@ -387,8 +638,8 @@ impl Bench<'_> {
         let prepared: Option<Graph> = match mode {
             Mode::StaticGraph => {
                 let b = s.create_graph_builder().begin_building(ThreadLocal)?;
-                self.blas.on(b.stream())?;
-                m.step(self.k, self.blas, b.stream())?;
+                path.on(b.stream())?;
+                m.step(self.k, path, b.stream())?;
                 let g = b
                     .end_building()?
                     .instantiate_with(&InstantiateOptions::new().upload_on(s))?;
@@ -399,8 +650,8 @@ impl Bench<'_> {
                 let h = b.create_conditional_handle(Some(1))?;
                 {
                     let body = b.add_while(&h)?.begin_building(ThreadLocal)?;
-                    self.blas.on(body.stream())?;
-                    m.step(self.k, self.blas, body.stream())?;
+                    path.on(body.stream())?;
+                    m.step(self.k, path, body.stream())?;
                     body.stream().launch(
                         &self.k.countdown,
                         LaunchConfig::single(),
@@ -415,7 +666,7 @@ impl Bench<'_> {
             }
             _ => None,
         };
-        self.blas.on(s)?;
+        path.on(s)?;
         s.synchronize()?;
         let mut cache = GraphCache::new(InstantiateOptions::new());
         let mut host = 0f64;
@@ -425,7 +676,7 @@ impl Bench<'_> {
             Mode::Eager => {
                 for _ in 0..STEPS {
                     let t = Instant::now();
-                    m.step(self.k, self.blas, s)?;
+                    m.step(self.k, path, s)?;
                     host += t.elapsed().as_secs_f64();
                 }
             }
@@ -433,14 +684,14 @@ impl Bench<'_> {
                 for _ in 0..STEPS {
                     let t = Instant::now();
                     let b = s.create_graph_builder().begin_building(ThreadLocal)?;
-                    self.blas.on(b.stream())?;
-                    m.step(self.k, self.blas, b.stream())?;
+                    path.on(b.stream())?;
+                    m.step(self.k, path, b.stream())?;
                     let ended = b.end_building()?;
                     cache.refresh(&ended)?;
                     cache.launch(s)?;
                     host += t.elapsed().as_secs_f64();
                 }
-                self.blas.on(s)?;
+                path.on(s)?;
             }
             Mode::StaticGraph => {
                 let g = prepared.as_ref().expect("captured above");
@@ -488,22 +739,78 @@ fn checksum(tokens: &[i32]) -> u64 {
     })
 }
 
+/// What the command line asks for: `[tiny|small|all] [RUNS] [--kernels cublas|fused|both]`.
+struct Args {
+    configs: Vec<Config>,
+    runs: usize,
+    sets: Vec<KernelSet>,
+}
+
+const USAGE: &str = "usage: decode [tiny|small|all] [RUNS] [--kernels cublas|fused|both]";
+
+impl Args {
+    fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, Box<dyn Error>> {
+        let mut positional = Vec::new();
+        let mut kernels: Option<String> = None;
+        let mut args = args.into_iter();
+        while let Some(a) = args.next() {
+            if a == "--kernels" {
+                kernels = Some(
+                    args.next()
+                        .ok_or_else(|| format!("--kernels needs a value; {USAGE}"))?,
+                );
+            } else if let Some(v) = a.strip_prefix("--kernels=") {
+                kernels = Some(v.to_string());
+            } else if a.starts_with("--") {
+                return Err(format!("unknown option {a}; {USAGE}").into());
+            } else {
+                positional.push(a);
+            }
+        }
+        let configs = match positional.first().map(String::as_str).unwrap_or("all") {
+            "tiny" => vec![TINY],
+            "small" => vec![SMALL],
+            "all" => vec![TINY, SMALL],
+            other => return Err(format!("unknown configuration {other:?}; {USAGE}").into()),
+        };
+        let runs = match positional.get(1) {
+            None => 5,
+            Some(r) => r
+                .parse::<usize>()
+                .map_err(|_| format!("RUNS must be a whole number, not {r:?}; {USAGE}"))?
+                .max(1),
+        };
+        if positional.len() > 2 {
+            return Err(format!("too many arguments; {USAGE}").into());
+        }
+        let sets = match kernels.as_deref().unwrap_or("both") {
+            "cublas" => vec![KernelSet::Cublas],
+            "fused" => vec![KernelSet::Fused],
+            "both" => vec![KernelSet::Cublas, KernelSet::Fused],
+            other => return Err(format!("unknown kernel set {other:?}; {USAGE}").into()),
+        };
+        Ok(Args {
+            configs,
+            runs,
+            sets,
+        })
+    }
+}
+
 fn run() -> Result<(), Box<dyn Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let which = args.get(1).map(String::as_str).unwrap_or("all");
-    let runs: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(5).max(1);
-    let configs: Vec<Config> = match which {
-        "tiny" => vec![TINY],
-        "small" => vec![SMALL],
-        _ => vec![TINY, SMALL],
-    };
+    let Args {
+        configs,
+        runs,
+        sets,
+    } = Args::parse(std::env::args().skip(1))?;
     let device = Device::new(0)?;
+    let use_cublas = sets.contains(&KernelSet::Cublas);
     #[cfg(feature = "dynamic-loading")]
     {
         // SAFETY: only asks whether the library can be opened.
-        if !unsafe { blas_sys::is_culib_present() } {
+        if use_cublas && !unsafe { blas_sys::is_culib_present() } {
             return Err(
-                "libcublas could not be loaded: run with LD_LIBRARY_PATH=/usr/local/cuda/lib64"
+                "libcublas could not be loaded: run with LD_LIBRARY_PATH=/usr/local/cuda/lib64 (or --kernels fused)"
                     .into(),
             );
         }
@@ -511,7 +818,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     let (major, minor) = device.compute_capability()?;
     let module = device.compile_with(KERNELS, &["-std=c++17", "-default-device"])?;
     // SAFETY: these are the parameter lists of kernels.cu. Each kernel stays within the sizes
-    // the model gives it (`Model::step` passes the buffers those sizes were made for).
+    // the model gives it (`Model::step` passes the buffers those sizes were made for; the fused
+    // launches are `Fused`'s, checked against the configuration).
     let k = unsafe {
         Kernels {
             init_uniform: module.kernel("init_uniform")?,
@@ -523,25 +831,36 @@ fn run() -> Result<(), Box<dyn Error>> {
             silu_mul: module.kernel("silu_mul")?,
             argmax_next: module.kernel("argmax_next")?,
             countdown: module.kernel("countdown")?,
+            rms_gemv: module.kernel("rms_gemv")?,
+            rms_gate_up_silu: module.kernel("rms_gate_up_silu")?,
+            gemv_residual: module.kernel("gemv_residual")?,
+            rope_attention: module.kernel("rope_attention")?,
+            lm_head_argmax: module.kernel("lm_head_argmax")?,
         }
     };
-    let blas = Cublas(blas::create_handle()?);
+    // cuBLAS only where the cublas set runs: the fused set does without it.
+    let blas = if use_cublas {
+        Some(Cublas(blas::create_handle()?))
+    } else {
+        None
+    };
     let workspace = device.alloc_zeroed::<u8>(32 << 20)?;
-    // SAFETY: a workspace of this size that outlives every cuBLAS call (graph captures need one
-    // set, so that cuBLAS allocates nothing while capturing).
-    unsafe {
-        blas_sys::cublasSetWorkspace_v2(
-            blas.0,
-            workspace.as_raw() as *mut std::ffi::c_void,
-            workspace.byte_len(),
-        )
-        .result()?;
+    if let Some(blas) = &blas {
+        // SAFETY: a workspace of this size that outlives every cuBLAS call (graph captures need
+        // one set, so that cuBLAS allocates nothing while capturing).
+        unsafe {
+            blas_sys::cublasSetWorkspace_v2(
+                blas.0,
+                workspace.as_raw() as *mut std::ffi::c_void,
+                workspace.byte_len(),
+            )
+            .result()?;
+        }
     }
     let timing = EventOptions::default().timing(true);
     let bench = Bench {
         device: &device,
         k: &k,
-        blas: &blas,
         stream: device.create_stream()?,
         start: device.create_event_with(&timing)?,
         end: device.create_event_with(&timing)?,
@@ -551,7 +870,9 @@ fn run() -> Result<(), Box<dyn Error>> {
         device.name()?,
         cuda_graph::driver_version()?
     );
-    println!("config,mode,tok_per_s,host_us_per_token,gpu_us_per_token,kernels_per_token,checksum");
+    println!(
+        "config,mode,tok_per_s,host_us_per_token,gpu_us_per_token,kernels_per_token,checksum,kernels"
+    );
     for cfg in configs {
         if cfg.head_dim() > 128 || cfg.head_dim() % 2 != 0 {
             return Err(format!(
@@ -562,52 +883,71 @@ fn run() -> Result<(), Box<dyn Error>> {
             .into());
         }
         let model = Model::new(&device, &k, cfg, &bench.stream)?;
-        let mut reference: Option<Vec<i32>> = None;
-        for mode in Mode::ALL {
-            bench.run(&model, mode)?; // warm-up: cuBLAS's first calls, the module's first launches
-            let mut results = Vec::new();
-            for _ in 0..runs {
-                results.push(bench.run(&model, mode)?);
-            }
-            let tokens = results[0].tokens.clone();
-            if results.iter().any(|r| r.tokens != tokens) {
-                return Err(format!(
-                    "{} {}: runs generated different tokens",
-                    cfg.name,
-                    mode.name()
-                )
-                .into());
-            }
-            match &reference {
-                None => reference = Some(tokens.clone()),
-                Some(want) if *want != tokens => {
-                    return Err(format!(
-                        "{} {}: tokens differ from eager's (first at {})",
-                        cfg.name,
-                        mode.name(),
-                        want.iter()
-                            .zip(&tokens)
-                            .position(|(a, b)| a != b)
-                            .unwrap_or(0)
-                    )
-                    .into())
+        let mut checksums = Vec::new();
+        for &set in &sets {
+            let fused;
+            let path = match set {
+                KernelSet::Cublas => Path::Cublas(blas.as_ref().ok_or("cuBLAS was not set up")?),
+                KernelSet::Fused => {
+                    fused = Fused::new(&cfg)?;
+                    Path::Fused(&fused)
                 }
-                Some(_) => {}
+            };
+            // The tokens every mode of this set must generate: eager's.
+            let mut reference: Option<Vec<i32>> = None;
+            for mode in Mode::ALL {
+                // Warm-up: cuBLAS's first calls, the module's first launches.
+                bench.run(&model, mode, path)?;
+                let mut results = Vec::new();
+                for _ in 0..runs {
+                    results.push(bench.run(&model, mode, path)?);
+                }
+                let tokens = results[0].tokens.clone();
+                if results.iter().any(|r| r.tokens != tokens) {
+                    return Err(format!(
+                        "{} {} {}: runs generated different tokens",
+                        cfg.name,
+                        set.name(),
+                        mode.name()
+                    )
+                    .into());
+                }
+                match &reference {
+                    None => reference = Some(tokens.clone()),
+                    Some(want) if *want != tokens => {
+                        return Err(format!(
+                            "{} {} {}: tokens differ from eager's (first at {})",
+                            cfg.name,
+                            set.name(),
+                            mode.name(),
+                            want.iter()
+                                .zip(&tokens)
+                                .position(|(a, b)| a != b)
+                                .unwrap_or(0)
+                        )
+                        .into())
+                    }
+                    Some(_) => {}
+                }
+                let steps = STEPS as f64;
+                let wall = median(results.iter().map(|r| r.wall).collect());
+                let host = median(results.iter().map(|r| r.host).collect());
+                let gpu = median(results.iter().map(|r| r.gpu_ms).collect());
+                println!(
+                    "decode,{},{},{:.1},{:.2},{:.1},{},{:016x},{}",
+                    cfg.name,
+                    mode.name(),
+                    steps / wall,
+                    host / steps * 1e6,
+                    gpu / steps * 1e3,
+                    cfg.kernels_per_token(set),
+                    checksum(&tokens),
+                    set.name()
+                );
             }
-            let steps = STEPS as f64;
-            let wall = median(results.iter().map(|r| r.wall).collect());
-            let host = median(results.iter().map(|r| r.host).collect());
-            let gpu = median(results.iter().map(|r| r.gpu_ms).collect());
-            println!(
-                "decode,{},{},{:.1},{:.2},{:.1},{},{:016x}",
-                cfg.name,
-                mode.name(),
-                steps / wall,
-                host / steps * 1e6,
-                gpu / steps * 1e3,
-                cfg.kernels_per_token(),
-                checksum(&tokens)
-            );
+            if let Some(tokens) = &reference {
+                checksums.push(format!("{} {:016x}", set.name(), checksum(tokens)));
+            }
         }
         let limit = 3.35e12 / cfg.weight_bytes() as f64;
         println!(
@@ -615,6 +955,11 @@ fn run() -> Result<(), Box<dyn Error>> {
             cfg.name,
             cfg.weight_bytes() as f64 / 1e6,
             limit
+        );
+        println!(
+            "# {}: checksums {} (the same in all four modes of a set; the sets sum in different orders)",
+            cfg.name,
+            checksums.join(", ")
         );
     }
     Ok(())
