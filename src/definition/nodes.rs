@@ -2,7 +2,7 @@
 
 use cudarc::driver::sys;
 
-use super::node::{self, GraphNode};
+use super::node::{self, GraphNode, NodeType};
 use super::params::memcpy3d;
 use super::typed::{
     ChildGraphNode, EmptyNode, EventRecordNode, EventWaitNode, HostNode, KernelNode, MemcpyNode,
@@ -285,13 +285,13 @@ impl GraphDefinition {
     }
 
     /// Adds a kernel launch node of an untyped `function` (`cuGraphAddKernelNode`): the raw form
-    /// of [`add_kernel`](Self::add_kernel), which also takes a [`GraphAllocation`] argument. The
+    /// of [`add_kernel`](Self::add_kernel), which also takes a [`GraphAllocation`](crate::GraphAllocation) argument. The
     /// function's module and every buffer in `args` stay alive with the graph and its execs.
     ///
     /// # Safety
     /// As [`Stream::launch_unchecked`](crate::Stream::launch_unchecked): `args` must match the kernel's parameters in
     /// number, order and type, and the kernel must stay in bounds of the memory it is given —
-    /// for a [`GraphAllocation`], only while the graph orders it between the allocation and its
+    /// for a [`GraphAllocation`](crate::GraphAllocation), only while the graph orders it between the allocation and its
     /// free.
     ///
     /// ```no_run
@@ -718,16 +718,29 @@ impl GraphDefinition {
         graph.ctx.bind()?;
         let (mut tree, mut child_tree) = lock_two(graph, child);
         super::check_usable(graph, &tree)?;
-        // The node holds what `child`'s nodes use now (its own copy keeps using them after
-        // `child`'s nodes change or go), and `child` itself only where its conditional handles
-        // may be in use (see `TreeState::has_conditionals`).
+        // The copy keeps using what `child`'s nodes use now, after `child`'s nodes change or go.
+        // What a node of `child` itself holds is held by that node's copy (so destroying the copy
+        // through the node's `inspect` view releases it); the rest (captured operands, nodes of
+        // nested graphs, copies the driver cannot name) by the child-graph node. `child` itself
+        // is held only where its conditional handles may be in use (see
+        // `TreeState::has_conditionals`).
         let mut owners = Owners::new();
+        let mut per_node: Vec<(u64, sys::CUgraphNode, Owners)> = Vec::new();
+        let mut nested: Vec<((u64, usize), u64)> = Vec::new();
         if let Some(c) = child_tree.as_deref_mut() {
             c.check_complete()?;
             if c.has_conditionals() {
                 owners.push(child.root());
             }
-            owners.extend(c.snapshot().into_iter().map(|chunk| chunk as Owner));
+            owners.extend(c.tree_wide_chunks().into_iter().map(|chunk| chunk as Owner));
+            if let Some((chunk, index)) = c.nodes.owners_chunk_indexed() {
+                for &((g, raw), start, len) in &index.nodes {
+                    let uses = &index.uses[start as usize..(start + len) as usize];
+                    let list = uses.iter().map(|&u| chunk[u as usize].clone());
+                    per_node.push((g, raw as sys::CUgraphNode, list.collect()));
+                }
+            }
+            nested.extend(c.embedded.iter().map(|(&k, &v)| (k, v)));
         }
         let (mut room, mut spill) = (node::DEP_ROOM, Vec::new());
         let (raw_deps, n) = node::check_deps(&tree, graph.id, deps, &mut room, &mut spill)?;
@@ -737,12 +750,124 @@ impl GraphDefinition {
         unsafe {
             driver::graph::add_child_graph_node(&mut out, graph.raw, raw_deps, n, child.raw)
         }?;
+        if !per_node.is_empty() {
+            owners.extend(hold_in_copies(
+                &mut tree, graph.id, out, child.id, &nested, per_node,
+            ));
+        }
         let mut released = Vec::new();
         let node = node::fresh(&mut tree, graph.id, out, &[], owners, &mut released);
         drop((tree, child_tree));
         drop(released);
         Ok(TypedNode::new(node))
     }
+}
+
+/// Registers what each node of an embedded graph held on that node's copy inside the new
+/// child-graph node `child_node` of `graph`, so that destroying the copy through the node's
+/// [`inspect`](GraphDefinition::inspect) view releases it. `per_node` lists `(graph id, raw
+/// node, owners)` of the embedded tree: nodes of its root `root`, and of the graphs of its own
+/// child-graph nodes (`nested`: `(graph id, raw child-graph node)` → the id of that node's
+/// graph), at any depth. Each copy is found with `cuGraphNodeFindInClone` and checked to be of
+/// the same type and, for a host node, to run the same closure. Returns the owners of the nodes
+/// whose copy could not be named (nodes of conditional bodies among them): the child-graph node
+/// holds those.
+fn hold_in_copies(
+    tree: &mut TreeState,
+    graph: u64,
+    child_node: sys::CUgraphNode,
+    root: u64,
+    nested: &[((u64, usize), u64)],
+    per_node: Vec<(u64, sys::CUgraphNode, Owners)>,
+) -> Owners {
+    /// The copy of `original` in `copy_graph`, if the driver names one of the same type (and,
+    /// for a host node, the same closure).
+    ///
+    /// # Safety
+    /// `original` is a live node of a locked tree; `copy_graph` a live graph of a locked tree.
+    unsafe fn copy_of(
+        original: sys::CUgraphNode,
+        copy_graph: sys::CUgraph,
+    ) -> Option<sys::CUgraphNode> {
+        // SAFETY: the caller's promise; every read below reads a live node of a locked tree.
+        unsafe {
+            let copy = driver::graph::node_find_in_clone(original, copy_graph).ok()?;
+            let ty = driver::graph::node_type(original).ok()?;
+            if driver::graph::node_type(copy).ok()? != ty {
+                return None;
+            }
+            if NodeType::from_raw(ty) == NodeType::Host
+                && driver::graph::host_node_get_params(copy).ok()?
+                    != driver::graph::host_node_get_params(original).ok()?
+            {
+                return None;
+            }
+            Some(copy)
+        }
+    }
+    // Embedded graph id → (its copy's raw graph, the id of the copy's view in `tree`), found
+    // from the root down; `None` where a copy cannot be named.
+    let mut copies: crate::driver::graph::IdMap<u64, Option<(sys::CUgraph, u64)>> =
+        Default::default();
+    // SAFETY: `child_node` is a live child-graph node of the locked tree.
+    let top = unsafe { driver::graph::child_graph_node_get_graph(child_node) }.ok();
+    let top_view = *tree
+        .embedded
+        .entry((graph, child_node as usize))
+        .or_insert_with(crate::driver::graph::next_id);
+    copies.insert(root, top.map(|g| (g, top_view)));
+    fn resolve(
+        tree: &mut TreeState,
+        copies: &mut crate::driver::graph::IdMap<u64, Option<(sys::CUgraph, u64)>>,
+        nested: &[((u64, usize), u64)],
+        g: u64,
+        depth: usize,
+    ) -> Option<(sys::CUgraph, u64)> {
+        if let Some(&known) = copies.get(&g) {
+            return known;
+        }
+        let found = (|| {
+            let &((parent, node), _) = nested.iter().find(|(_, id)| *id == g)?;
+            if depth > 64 {
+                return None;
+            }
+            let (parent_copy, parent_view) = resolve(tree, copies, nested, parent, depth + 1)?;
+            // SAFETY: `node` is a live child-graph node of the embedded (locked) tree and
+            // `parent_copy` a live graph of this locked tree (the copy of its graph).
+            let copy = unsafe { copy_of(node as sys::CUgraphNode, parent_copy) }?;
+            // SAFETY: `copy` is a live child-graph node (same type as `node`) of this tree.
+            let copy_graph = unsafe { driver::graph::child_graph_node_get_graph(copy) }.ok()?;
+            let view = *tree
+                .embedded
+                .entry((parent_view, copy as usize))
+                .or_insert_with(crate::driver::graph::next_id);
+            Some((copy_graph, view))
+        })();
+        copies.insert(g, found);
+        found
+    }
+    let mut unnamed = Owners::new();
+    for (g, original, owners) in per_node {
+        let Some((copy_graph, view)) = resolve(tree, &mut copies, nested, g, 0) else {
+            unnamed.extend(owners);
+            continue;
+        };
+        // SAFETY: `original` is a live node of the embedded (locked) tree, `copy_graph` a live
+        // graph of this locked tree.
+        match unsafe { copy_of(original, copy_graph) } {
+            Some(copy) => {
+                let token = node::token(tree, view, copy);
+                if let Some(before) =
+                    tree.nodes
+                        .replace_owners(view, token.raw, token.serial, owners)
+                {
+                    unnamed.extend(before);
+                }
+            }
+            None => unnamed.extend(owners),
+        }
+    }
+    unnamed
 }
 
 #[cfg(test)]

@@ -1311,13 +1311,19 @@ impl TreeState {
     /// for as long as its launches may run. (Not CUDA user objects: on driver 13.0 each one
     /// leaks about 240 bytes of host memory inside the driver.)
     pub(crate) fn snapshot(&mut self) -> Vec<KeepChunk> {
+        let mut all = self.tree_wide_chunks();
+        all.extend(self.nodes.owners_chunk());
+        all
+    }
+
+    /// What the tree holds apart from its registered nodes' own owners (operands of captured
+    /// nodes, and what clones and captured embeds hold), as shared chunks.
+    pub(crate) fn tree_wide_chunks(&mut self) -> Vec<KeepChunk> {
         if !self.pending.is_empty() {
             self.chunks
                 .push(Arc::new(std::mem::take(&mut self.pending).into_vec()));
         }
-        let mut all = self.chunks.clone();
-        all.extend(self.nodes.owners_chunk());
-        all
+        self.chunks.clone()
     }
 }
 
@@ -2145,6 +2151,22 @@ pub(crate) unsafe fn host_node_get_params(
     // SAFETY: the caller's promise above; `p` is a valid out pointer.
     unsafe { drv!(cuGraphHostNodeGetParams(node, &mut p)) }?;
     Ok((p.fn_, p.userData as usize))
+}
+
+/// The node of `copy` made from `original` when `copy` was made from its graph
+/// (`cuGraphNodeFindInClone`), or an error where the driver cannot tell.
+///
+/// # Safety
+/// `original` is a live node of a graph whose tree is locked; `copy` is a live graph of a locked
+/// tree.
+pub(crate) unsafe fn node_find_in_clone(
+    original: sys::CUgraphNode,
+    copy: sys::CUgraph,
+) -> Result<sys::CUgraphNode> {
+    let mut n = std::ptr::null_mut();
+    // SAFETY: the caller's promise above; `n` is a valid out pointer.
+    unsafe { drv!(cuGraphNodeFindInClone(&mut n, original, copy)) }?;
+    Ok(n)
 }
 
 /// The graph a child-graph node runs (`cuGraphChildGraphNodeGetGraph`): owned by the node, not

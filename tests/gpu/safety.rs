@@ -14,6 +14,11 @@ use crate::support::{
 
 pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
     (
+        "safety::a_node_destroyed_inside_an_embedded_copy_releases_what_it_used",
+        Needs::Gpu,
+        a_node_destroyed_inside_an_embedded_copy_releases_what_it_used,
+    ),
+    (
         "safety::a_per_node_update_of_an_exec_releases_what_the_node_was_instantiated_with",
         Needs::Gpu,
         a_per_node_update_of_an_exec_releases_what_the_node_was_instantiated_with,
@@ -1731,5 +1736,80 @@ fn a_per_node_update_of_an_exec_releases_what_the_node_was_instantiated_with(
     assert_eq!((b.to_vec()?, c.to_vec()?), (vec![1], vec![2]));
     drop((exec, c));
     assert!(eventually(|| watch_c.is_released()));
+    Ok(())
+}
+
+/// The graph a child-graph node runs, as its `inspect` view.
+fn child_view(def: &GraphDefinition, node: &GraphNode) -> Result<GraphDefinition, String> {
+    match def.inspect(node).map_err(|e| e.to_string())? {
+        cuda_graph::NodeInfo::ChildGraph(_, info) => Ok(info.graph),
+        other => Err(format!("expected a child-graph node, got {other:?}")),
+    }
+}
+
+/// The first node of `def` of type `ty`.
+fn node_of(def: &GraphDefinition, ty: NodeType) -> Result<GraphNode, String> {
+    for n in def.nodes().map_err(|e| e.to_string())? {
+        if def.node_type(&n).map_err(|e| e.to_string())? == ty {
+            return Ok(n);
+        }
+    }
+    Err(format!("no {ty:?} node"))
+}
+
+/// What a node of an embedded graph used is held by that node's copy inside the child-graph
+/// node: destroying the copy (through `inspect`) releases it, nested two deep too, while what
+/// the copy's other nodes use stays until the child-graph node goes.
+fn a_node_destroyed_inside_an_embedded_copy_releases_what_it_used(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch_buf = buf.release_observer();
+    let (token, nested_token) = (Arc::new(()), Arc::new(()));
+    let (watch_token, watch_nested) = (Arc::downgrade(&token), Arc::downgrade(&nested_token));
+    // inner: a host callback (holding `nested_token`); middle: a kernel on `buf`, a host
+    // callback (holding `token`) and inner embedded; outer: middle embedded.
+    let inner = GraphDefinition::new(&gpu.device)?;
+    inner.add_host_callback(&[], move || {
+        let _ = &nested_token;
+    })?;
+    let middle = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: add_one(int*).
+    unsafe { middle.add_kernel_unchecked(&[], &add_one, one(), &args![&buf])? };
+    middle.add_host_callback(&[], move || {
+        let _ = &token;
+    })?;
+    middle.add_child_graph(&[], &inner)?;
+    drop(inner);
+    let outer = GraphDefinition::new(&gpu.device)?;
+    let embedded = outer.add_child_graph(&[], &middle)?;
+    drop((middle, buf));
+    // Everything is held by outer's copy now.
+    assert!(stays(|| watch_token.upgrade().is_some()
+        && watch_nested.upgrade().is_some()
+        && !watch_buf.is_released()));
+    let copy = child_view(&outer, &embedded)?;
+    copy.destroy_node(node_of(&copy, NodeType::Host)?)?;
+    assert!(
+        eventually(|| watch_token.upgrade().is_none()),
+        "the destroyed host node's closure is released"
+    );
+    let nested = child_view(&copy, &node_of(&copy, NodeType::Child)?)?;
+    nested.destroy_node(node_of(&nested, NodeType::Host)?)?;
+    assert!(
+        eventually(|| watch_nested.upgrade().is_none()),
+        "the closure of a host node two copies deep is released"
+    );
+    assert!(
+        stays(|| !watch_buf.is_released()),
+        "the kernel's buffer is the copy's still"
+    );
+    // The copy still runs its kernel.
+    let exec = outer.instantiate()?;
+    let s = gpu.stream();
+    exec.launch(&s)?;
+    s.synchronize()?;
+    drop(exec);
+    outer.destroy_node(embedded)?;
+    assert!(eventually(|| watch_buf.is_released()));
     Ok(())
 }
