@@ -5,103 +5,29 @@ use cuda_graph::prelude::*;
 use crate::args;
 use crate::support::{one, Gpu, Needs, TestResult};
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "builder::straight_capture_of_three_kernels",
-        Needs::Gpu,
+crate::gpu_tests! {
+    "builder";
+    Needs::Gpu =>
         straight_capture_of_three_kernels,
-    ),
-    (
-        "builder::add_one_captured_once_launched_three_times",
-        Needs::Gpu,
         add_one_captured_once_launched_three_times,
-    ),
-    (
-        "builder::one_ended_builder_completes_several_times",
-        Needs::Gpu,
         one_ended_builder_completes_several_times,
-    ),
-    (
-        "builder::stream_builder_captures_on_that_stream",
-        Needs::Gpu,
         stream_builder_captures_on_that_stream,
-    ),
-    (
-        "builder::captured_memset_and_memcpy",
-        Needs::Gpu,
         captured_memset_and_memcpy,
-    ),
-    (
-        "builder::update_with_new_kernel_arguments",
-        Needs::Gpu,
         update_with_new_kernel_arguments,
-    ),
-    (
-        "builder::update_with_changed_topology_fails_and_old_exec_works",
-        Needs::Gpu,
         update_with_changed_topology_fails_and_old_exec_works,
-    ),
-    (
-        "builder::all_three_capture_modes",
-        Needs::Gpu,
         all_three_capture_modes,
-    ),
-    (
-        "builder::each_complete_option",
-        Needs::Gpu,
         each_complete_option,
-    ),
-    (
-        "builder::upload_then_launch",
-        Needs::Gpu,
         upload_then_launch,
-    ),
-    (
-        "builder::dot_file_is_written",
-        Needs::Gpu,
         dot_file_is_written,
-    ),
-    (
-        "builder::dot_print_to_unwritable_path_is_an_error",
-        Needs::Gpu,
         dot_print_to_unwritable_path_is_an_error,
-    ),
-    (
-        "builder::drop_mid_capture_leaves_stream_usable",
-        Needs::Gpu,
         drop_mid_capture_leaves_stream_usable,
-    ),
-    (
-        "builder::panic_while_capturing_unwinds_cleanly",
-        Needs::Gpu,
         panic_while_capturing_unwinds_cleanly,
-    ),
-    (
-        "builder::invalidated_capture_is_an_error_and_stream_recovers",
-        Needs::Gpu,
         invalidated_capture_is_an_error_and_stream_recovers,
-    ),
-    (
-        "builder::refused_begin_leaves_other_capture_alone",
-        Needs::Gpu,
         refused_begin_leaves_other_capture_alone,
-    ),
-    (
-        "builder::relaxed_capture_ends_on_another_thread",
-        Needs::Gpu,
         relaxed_capture_ends_on_another_thread,
-    ),
-    (
-        "builder::graph_outlives_builder_and_buffer_handles",
-        Needs::Gpu,
         graph_outlives_builder_and_buffer_handles,
-    ),
-    (
-        "builder::releases_do_not_invalidate_a_global_capture",
-        Needs::Gpu,
-        releases_do_not_invalidate_a_global_capture,
-    ),
-];
+        releases_do_not_invalidate_a_global_capture;
+}
 
 fn capture_add_one(
     gpu: &Gpu,

@@ -8,76 +8,28 @@ use crate::support::{one, Gpu, Needs, TestResult};
 const V12_3: Needs = Needs::Conditional(DriverVersion::V12_3);
 const V12_8: Needs = Needs::Conditional(DriverVersion::V12_8);
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    ("conditional::if_true_and_false", V12_3, if_true_and_false),
-    (
-        "conditional::if_with_default_value",
-        V12_3,
-        if_with_default_value,
-    ),
-    ("conditional::if_else_both_ways", V12_8, if_else_both_ways),
-    (
-        "conditional::switch_0_1_2_and_out_of_range",
-        V12_8,
-        switch_0_1_2_and_out_of_range,
-    ),
-    (
-        "conditional::while_countdown_runs_k_times",
-        V12_3,
+crate::gpu_tests! {
+    "conditional";
+    V12_3 =>
+        if_true_and_false,
+        if_with_default_value;
+    V12_8 =>
+        if_else_both_ways,
+        switch_0_1_2_and_out_of_range;
+    V12_3 =>
         while_countdown_runs_k_times,
-    ),
-    (
-        "conditional::while_with_false_default_runs_zero_times",
-        V12_3,
         while_with_false_default_runs_zero_times,
-    ),
-    (
-        "conditional::conditional_on_a_forked_builder",
-        V12_3,
         conditional_on_a_forked_builder,
-    ),
-    ("conditional::if_nested_in_an_if", V12_3, if_nested_in_an_if),
-    (
-        "conditional::body_forks_and_joins_inside",
-        V12_3,
+        if_nested_in_an_if,
         body_forks_and_joins_inside,
-    ),
-    (
-        "conditional::empty_body_is_valid",
-        V12_3,
         empty_body_is_valid,
-    ),
-    (
-        "conditional::later_parent_work_runs_after_the_conditional",
-        V12_3,
         later_parent_work_runs_after_the_conditional,
-    ),
-    (
-        "conditional::heat_diffusion_loop_converges_on_device",
-        V12_3,
         heat_diffusion_loop_converges_on_device,
-    ),
-    (
-        "conditional::foreign_handle_is_an_error",
-        V12_3,
         foreign_handle_is_an_error,
-    ),
-    (
-        "conditional::unused_handle_is_refused_at_instantiation",
-        V12_3,
-        unused_handle_is_refused_at_instantiation,
-    ),
-    (
-        "conditional::switch_with_zero_branches_is_an_error",
-        V12_8,
-        switch_with_zero_branches_is_an_error,
-    ),
-    (
-        "conditional::callback_in_a_body_is_refused_or_runs",
-        V12_3,
-        callback_in_a_body_is_refused_or_runs,
-    ),
-];
+        unused_handle_is_refused_at_instantiation;
+    V12_8 => switch_with_zero_branches_is_an_error;
+    V12_3 => callback_in_a_body_is_refused_or_runs;
+}
 
 fn launch(gpu: &Gpu, g: &Graph) -> TestResult {
     let s = gpu.stream();

@@ -12,33 +12,15 @@ use crate::support::{
     eventually, global_captures_beside_drops, one, Gpu, Needs, TestResult, KERNELS,
 };
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "cudarc::capture_on_a_cudarc_stream_holds_its_slices_and_kernel",
-        Needs::Gpu,
+crate::gpu_tests! {
+    "cudarc";
+    Needs::Gpu =>
         capture_on_a_cudarc_stream_holds_its_slices_and_kernel,
-    ),
-    (
-        "cudarc::work_during_a_cudarc_capture_is_refused",
-        Needs::Gpu,
         work_during_a_cudarc_capture_is_refused,
-    ),
-    (
-        "cudarc::a_converted_slice_is_ready_before_the_crate_uses_it",
-        Needs::Gpu,
         a_converted_slice_is_ready_before_the_crate_uses_it,
-    ),
-    (
-        "cudarc::the_per_thread_default_stream_is_refused",
-        Needs::Gpu,
         the_per_thread_default_stream_is_refused,
-    ),
-    (
-        "cudarc::slices_released_by_a_dropped_exec_never_invalidate_a_global_capture",
-        Needs::Gpu,
-        slices_released_by_a_dropped_exec_never_invalidate_a_global_capture,
-    ),
-];
+        slices_released_by_a_dropped_exec_never_invalidate_a_global_capture;
+}
 
 /// cudarc allocates and zeroes a slice with stream-ordered calls on the slice's stream; this
 /// crate's streams are not ordered after them. Here they queue behind a 200 ms kernel, and a

@@ -13,218 +13,66 @@ const GPU: Needs = Needs::Gpu;
 const V12_3: Needs = Needs::Conditional(DriverVersion::V12_3);
 const V12_8: Needs = Needs::Conditional(DriverVersion::V12_8);
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    ("definition::kernel_node_runs", GPU, kernel_node_runs),
-    (
-        "definition::memset_nodes_of_1_2_and_4_byte_values",
-        GPU,
+crate::gpu_tests! {
+    "definition";
+    GPU =>
+        kernel_node_runs,
         memset_nodes_of_1_2_and_4_byte_values,
-    ),
-    (
-        "definition::memset_2d_sets_only_the_rectangle",
-        GPU,
         memset_2d_sets_only_the_rectangle,
-    ),
-    (
-        "definition::memcpy_node_copies_between_buffers",
-        GPU,
         memcpy_node_copies_between_buffers,
-    ),
-    (
-        "definition::empty_node_orders_its_dependencies",
-        GPU,
         empty_node_orders_its_dependencies,
-    ),
-    (
-        "definition::event_record_node_records_after_its_dependencies",
-        GPU,
         event_record_node_records_after_its_dependencies,
-    ),
-    (
-        "definition::event_wait_node_waits_for_other_stream_work",
-        GPU,
         event_wait_node_waits_for_other_stream_work,
-    ),
-    (
-        "definition::host_callback_node_runs_once_per_launch",
-        GPU,
         host_callback_node_runs_once_per_launch,
-    ),
-    (
-        "definition::child_graph_nodes_embed_copies",
-        GPU,
         child_graph_nodes_embed_copies,
-    ),
-    (
-        "definition::mem_alloc_and_free_nodes",
-        GPU,
         mem_alloc_and_free_nodes,
-    ),
-    ("definition::topology_single", GPU, topology_single),
-    ("definition::topology_chain", GPU, topology_chain),
-    ("definition::topology_fan_out", GPU, topology_fan_out),
-    (
-        "definition::topology_fan_in_via_join",
-        GPU,
+        topology_single,
+        topology_chain,
+        topology_fan_out,
         topology_fan_in_via_join,
-    ),
-    ("definition::topology_diamond", GPU, topology_diamond),
-    (
-        "definition::topology_disconnected",
-        GPU,
+        topology_diamond,
         topology_disconnected,
-    ),
-    (
-        "definition::node_types_predecessors_and_successors",
-        GPU,
         node_types_predecessors_and_successors,
-    ),
-    (
-        "definition::mutation_destroy_a_node",
-        GPU,
         mutation_destroy_a_node,
-    ),
-    (
-        "definition::mutation_insert_a_node_into_a_chain",
-        GPU,
         mutation_insert_a_node_into_a_chain,
-    ),
-    (
-        "definition::mutation_rewire_a_chain_into_a_fan_in",
-        GPU,
         mutation_rewire_a_chain_into_a_fan_in,
-    ),
-    (
-        "definition::bad_nodes_and_edges_are_errors",
-        GPU,
         bad_nodes_and_edges_are_errors,
-    ),
-    (
-        "definition::bad_node_arguments_are_errors",
-        GPU,
-        bad_node_arguments_are_errors,
-    ),
-    ("definition::if_node", V12_3, if_node),
-    ("definition::if_else_node", V12_8, if_else_node),
-    ("definition::while_node", V12_3, while_node),
-    ("definition::switch_node", V12_8, switch_node),
-    (
-        "definition::switch_with_zero_branches_is_an_error",
-        V12_8,
-        switch_with_zero_branches_is_an_error,
-    ),
-    (
-        "definition::foreign_conditional_handle_is_an_error",
-        V12_3,
+        bad_node_arguments_are_errors;
+    V12_3 => if_node;
+    V12_8 => if_else_node;
+    V12_3 => while_node;
+    V12_8 =>
+        switch_node,
+        switch_with_zero_branches_is_an_error;
+    V12_3 =>
         foreign_conditional_handle_is_an_error,
-    ),
-    (
-        "definition::conditional_body_cannot_stand_alone",
-        V12_3,
         conditional_body_cannot_stand_alone,
-    ),
-    (
-        "definition::destroyed_conditional_node_kills_its_bodies",
-        V12_3,
-        destroyed_conditional_node_kills_its_bodies,
-    ),
-    (
-        "definition::view_of_an_ended_builder_sees_and_extends_the_capture",
-        GPU,
-        view_of_an_ended_builder_sees_and_extends_the_capture,
-    ),
-    (
-        "definition::hybrid_body_captured_then_extended",
-        V12_3,
+        destroyed_conditional_node_kills_its_bodies;
+    GPU => view_of_an_ended_builder_sees_and_extends_the_capture;
+    V12_3 =>
         hybrid_body_captured_then_extended,
-    ),
-    (
-        "definition::hybrid_body_never_captured",
-        V12_3,
         hybrid_body_never_captured,
-    ),
-    (
-        "definition::body_definition_refused_while_the_body_captures",
-        V12_3,
-        body_definition_refused_while_the_body_captures,
-    ),
-    (
-        "definition::update_an_exec_from_a_definition",
-        GPU,
+        body_definition_refused_while_the_body_captures;
+    GPU =>
         update_an_exec_from_a_definition,
-    ),
-    (
-        "definition::failed_update_from_a_definition_adopts_nothing",
-        GPU,
         failed_update_from_a_definition_adopts_nothing,
-    ),
-    (
-        "definition::an_update_releases_a_source_never_launched_at_once",
-        GPU,
         an_update_releases_a_source_never_launched_at_once,
-    ),
-    (
-        "definition::embed_a_definition_in_a_capture",
-        GPU,
         embed_a_definition_in_a_capture,
-    ),
-    (
-        "definition::clone_is_independent_and_keeps_operands_alive",
-        GPU,
         clone_is_independent_and_keeps_operands_alive,
-    ),
-    (
-        "definition::exec_runs_after_definition_and_operands_are_dropped",
-        GPU,
         exec_runs_after_definition_and_operands_are_dropped,
-    ),
-    (
-        "definition::operands_released_after_last_definition_and_exec",
-        GPU,
         operands_released_after_last_definition_and_exec,
-    ),
-    (
-        "definition::nothing_released_while_a_launch_runs",
-        GPU,
         nothing_released_while_a_launch_runs,
-    ),
-    (
-        "definition::an_exec_whose_launches_ended_releases_as_it_is_dropped",
-        GPU,
-        an_exec_whose_launches_ended_releases_as_it_is_dropped,
-    ),
-    (
-        "definition::body_operands_live_as_long_as_the_exec",
-        V12_3,
-        body_operands_live_as_long_as_the_exec,
-    ),
-    ("definition::mem_alloc_options", GPU, mem_alloc_options),
-    (
-        "definition::destroying_a_node_releases_what_it_used",
-        GPU,
+        an_exec_whose_launches_ended_releases_as_it_is_dropped;
+    V12_3 => body_operands_live_as_long_as_the_exec;
+    GPU =>
+        mem_alloc_options,
         destroying_a_node_releases_what_it_used,
-    ),
-    (
-        "definition::clones_children_and_updated_execs_keep_a_destroyed_nodes_operands",
-        GPU,
-        clones_children_and_updated_execs_keep_a_destroyed_nodes_operands,
-    ),
-    (
-        "definition::destroying_a_conditional_node_releases_its_bodies_operands",
-        V12_3,
-        destroying_a_conditional_node_releases_its_bodies_operands,
-    ),
-    (
-        "definition::concurrent_additions_from_threads",
-        GPU,
+        clones_children_and_updated_execs_keep_a_destroyed_nodes_operands;
+    V12_3 => destroying_a_conditional_node_releases_its_bodies_operands;
+    GPU =>
         concurrent_additions_from_threads,
-    ),
-    (
-        "definition::dot_print_of_a_definition",
-        GPU,
-        dot_print_of_a_definition,
-    ),
-];
+        dot_print_of_a_definition;
+}
 
 /// A kernel node; each call site names the kernel's parameters it matches.
 fn k(

@@ -9,64 +9,22 @@ use cuda_graph::prelude::*;
 use crate::args;
 use crate::support::{eventually, one, Gpu, Needs, TestResult};
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "fork::fork_join_two_branches",
-        Needs::Gpu,
+crate::gpu_tests! {
+    "fork";
+    Needs::Gpu =>
         fork_join_two_branches,
-    ),
-    (
-        "fork::fork_join_three_branches",
-        Needs::Gpu,
         fork_join_three_branches,
-    ),
-    ("fork::fork_of_a_fork", Needs::Gpu, fork_of_a_fork),
-    (
-        "fork::fork_dropped_without_join_gives_a_valid_graph",
-        Needs::Gpu,
+        fork_of_a_fork,
         fork_dropped_without_join_gives_a_valid_graph,
-    ),
-    (
-        "fork::builder_owned_streams_live_as_long_as_needed",
-        Needs::Gpu,
         builder_owned_streams_live_as_long_as_needed,
-    ),
-    (
-        "fork::child_graph_embedded_between_two_kernels",
-        Needs::Gpu,
         child_graph_embedded_between_two_kernels,
-    ),
-    (
-        "fork::embedded_child_outlives_its_builder",
-        Needs::Gpu,
         embedded_child_outlives_its_builder,
-    ),
-    (
-        "fork::callback_runs_once_per_launch_and_outlives_other_references",
-        Needs::Gpu,
         callback_runs_once_per_launch_and_outlives_other_references,
-    ),
-    (
-        "fork::callback_state_released_after_last_graph_and_exec",
-        Needs::Gpu,
         callback_state_released_after_last_graph_and_exec,
-    ),
-    (
-        "fork::callback_panic_is_caught",
-        Needs::Gpu,
         callback_panic_is_caught,
-    ),
-    (
-        "fork::callback_may_observe_itself",
-        Needs::Gpu,
         callback_may_observe_itself,
-    ),
-    (
-        "fork::failed_join_leaves_nothing_dangling",
-        Needs::Gpu,
-        failed_join_leaves_nothing_dangling,
-    ),
-];
+        failed_join_leaves_nothing_dangling;
+}
 
 fn run(gpu: &Gpu, g: &Graph) -> TestResult {
     let s = gpu.stream();

@@ -5,44 +5,18 @@ use cuda_graph::prelude::*;
 use crate::args;
 use crate::support::{one, Gpu, Needs, TestResult};
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    ("foundation::device_query", Needs::Gpu, device_query),
-    (
-        "foundation::alloc_and_copy_round_trip",
-        Needs::Gpu,
+crate::gpu_tests! {
+    "foundation";
+    Needs::Gpu =>
+        device_query,
         alloc_and_copy_round_trip,
-    ),
-    (
-        "foundation::bad_allocations_are_errors",
-        Needs::Gpu,
         bad_allocations_are_errors,
-    ),
-    (
-        "foundation::module_load_and_add_one_launch",
-        Needs::Gpu,
         module_load_and_add_one_launch,
-    ),
-    (
-        "foundation::bad_module_image_gives_the_driver_error",
-        Needs::Gpu,
         bad_module_image_gives_the_driver_error,
-    ),
-    (
-        "foundation::ptx_text_loads_safely_and_runs",
-        Needs::Gpu,
         ptx_text_loads_safely_and_runs,
-    ),
-    (
-        "foundation::stream_event_ordering_across_two_streams",
-        Needs::Gpu,
-        stream_event_ordering_across_two_streams,
-    ),
-    (
-        "foundation::raw_driver_conditional_obeys_kernel_set_value",
-        Needs::Conditional(DriverVersion::V12_3),
-        raw_driver_conditional_obeys_kernel_set_value,
-    ),
-];
+        stream_event_ordering_across_two_streams;
+    Needs::Conditional(DriverVersion::V12_3) => raw_driver_conditional_obeys_kernel_set_value;
+}
 
 /// Runs everywhere: without libcuda `Device::new(0)` is `DriverNotFound`; with it, it opens.
 pub fn no_driver_gives_an_error() -> TestResult {

@@ -16,58 +16,21 @@ const GPU: Needs = Needs::Gpu;
 const V12_3: Needs = Needs::Conditional(DriverVersion::V12_3);
 const V12_8: Needs = Needs::Conditional(DriverVersion::V12_8);
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "inspect::every_node_kind_reads_back_what_was_set",
-        V12_3,
-        every_node_kind_reads_back_what_was_set,
-    ),
-    (
-        "inspect::captured_and_copied_nodes_read_back",
-        GPU,
+crate::gpu_tests! {
+    "inspect";
+    V12_3 => every_node_kind_reads_back_what_was_set;
+    GPU =>
         captured_and_copied_nodes_read_back,
-    ),
-    (
-        "inspect::updated_parameters_read_back",
-        GPU,
         updated_parameters_read_back,
-    ),
-    (
-        "inspect::child_graph_view_extends_the_node_and_dies_with_it",
-        GPU,
-        child_graph_view_extends_the_node_and_dies_with_it,
-    ),
-    (
-        "inspect::bisection_while_body_decides_with_the_top_level_handle",
-        V12_8,
-        bisection_while_body_decides_with_the_top_level_handle,
-    ),
-    (
-        "inspect::captured_body_tests_the_parent_handle",
-        V12_3,
+        child_graph_view_extends_the_node_and_dies_with_it;
+    V12_8 => bisection_while_body_decides_with_the_top_level_handle;
+    V12_3 =>
         captured_body_tests_the_parent_handle,
-    ),
-    (
-        "inspect::conditional_in_a_child_graph_tests_the_outer_handle",
-        V12_3,
-        conditional_in_a_child_graph_tests_the_outer_handle,
-    ),
-    (
-        "inspect::replacing_a_child_graph_retires_its_views",
-        GPU,
-        replacing_a_child_graph_retires_its_views,
-    ),
-    (
-        "inspect::nested_nodes_die_with_the_node_above_them",
-        V12_3,
-        nested_nodes_die_with_the_node_above_them,
-    ),
-    (
-        "inspect::device_launch_runs_a_graph_from_a_kernel",
-        GPU,
-        device_launch_runs_a_graph_from_a_kernel,
-    ),
-];
+        conditional_in_a_child_graph_tests_the_outer_handle;
+    GPU => replacing_a_child_graph_retires_its_views;
+    V12_3 => nested_nodes_die_with_the_node_above_them;
+    GPU => device_launch_runs_a_graph_from_a_kernel;
+}
 
 fn every_node_kind_reads_back_what_was_set(gpu: &Gpu) -> TestResult {
     let buf = gpu.device.alloc_zeroed::<i32>(8)?;

@@ -12,48 +12,18 @@ use crate::args;
 use crate::support::{eventually, one, Gpu, Needs, TestResult, KERNELS};
 use cudarc::cublas::{result as blas, sys as blas_sys};
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "interop::capture_on_a_raw_stream_keeps_its_owner_until_the_last_use",
-        Needs::Gpu,
+crate::gpu_tests! {
+    "interop";
+    Needs::Gpu =>
         capture_on_a_raw_stream_keeps_its_owner_until_the_last_use,
-    ),
-    (
-        "interop::raw_kernel_in_a_capture_and_a_definition",
-        Needs::Gpu,
         raw_kernel_in_a_capture_and_a_definition,
-    ),
-    (
-        "interop::raw_buffer_is_held_like_an_allocation_until_the_last_use",
-        Needs::Gpu,
         raw_buffer_is_held_like_an_allocation_until_the_last_use,
-    ),
-    (
-        "interop::kernel_nodes_are_made_after_other_code_left_no_context_current",
-        Needs::Gpu,
         kernel_nodes_are_made_after_other_code_left_no_context_current,
-    ),
-    (
-        "interop::every_operation_survives_other_code_leaving_no_context_current",
-        Needs::Gpu,
         every_operation_survives_other_code_leaving_no_context_current,
-    ),
-    (
-        "interop::every_operation_survives_other_code_leaving_another_context_current",
-        Needs::Gpu,
         every_operation_survives_other_code_leaving_another_context_current,
-    ),
-    (
-        "interop::the_legacy_default_stream_is_bound_even_after_other_code_bound_another_context",
-        Needs::Gpu,
-        the_legacy_default_stream_is_bound_even_after_other_code_bound_another_context,
-    ),
-    (
-        "interop::cublas_gemm_between_two_kernels_in_one_graph",
-        Needs::Cublas,
-        cublas_gemm_between_two_kernels_in_one_graph,
-    ),
-];
+        the_legacy_default_stream_is_bound_even_after_other_code_bound_another_context;
+    Needs::Cublas => cublas_gemm_between_two_kernels_in_one_graph;
+}
 
 /// Makes device 0's primary context current for raw calls (retained once more; released by
 /// the guard).

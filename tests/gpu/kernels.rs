@@ -4,58 +4,20 @@ use cuda_graph::prelude::*;
 
 use crate::support::{eventually, one, Gpu, Needs, TestResult};
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "kernels::typed_launches_in_every_front_end",
-        Needs::Gpu,
+crate::gpu_tests! {
+    "kernels";
+    Needs::Gpu =>
         typed_launches_in_every_front_end,
-    ),
-    (
-        "kernels::declarations_are_checked_against_the_kernel",
-        Needs::Gpu,
         declarations_are_checked_against_the_kernel,
-    ),
-    (
-        "kernels::typed_launches_keep_their_buffers_alive",
-        Needs::Gpu,
         typed_launches_keep_their_buffers_alive,
-    ),
-    (
-        "kernels::untyped_arguments_borrow_and_what_is_made_from_them_holds",
-        Needs::Gpu,
         untyped_arguments_borrow_and_what_is_made_from_them_holds,
-    ),
-    (
-        "kernels::one_argument_list_read_by_threads_capturing_at_once",
-        Needs::Gpu,
         one_argument_list_read_by_threads_capturing_at_once,
-    ),
-    (
-        "kernels::slices_carry_their_length",
-        Needs::Gpu,
         slices_carry_their_length,
-    ),
-    (
-        "kernels::graph_allocations_as_buffers",
-        Needs::Gpu,
         graph_allocations_as_buffers,
-    ),
-    (
-        "kernels::graph_buffers_are_safe_views_checked_in_order",
-        Needs::Gpu,
         graph_buffers_are_safe_views_checked_in_order,
-    ),
-    (
-        "kernels::borrowed_memory_outlives_the_stream_work_that_uses_it",
-        Needs::Gpu,
-        borrowed_memory_outlives_the_stream_work_that_uses_it,
-    ),
-    (
-        "kernels::typed_kernels_set_conditions",
-        Needs::Conditional(DriverVersion::V12_3),
-        typed_kernels_set_conditions,
-    ),
-];
+        borrowed_memory_outlives_the_stream_work_that_uses_it;
+    Needs::Conditional(DriverVersion::V12_3) => typed_kernels_set_conditions;
+}
 
 type Affine = Kernel<(*mut i32, i32, i32)>;
 

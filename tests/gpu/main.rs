@@ -3,6 +3,24 @@
 //! Tests run one at a time: a `Global` capture in one test would make another test's unsafe calls
 //! fail.
 
+/// A module's table of tests, `pub const TESTS`, each test named once, as `module::function`:
+/// ```ignore
+/// gpu_tests! {
+///     "kernels";
+///     Needs::Gpu => typed_launches_in_every_front_end, graph_allocations_as_buffers;
+///     Needs::Conditional(DriverVersion::V12_3) => typed_kernels_set_conditions;
+/// }
+/// ```
+/// The tests run in the order written: groups of the same `Needs` follow one another as listed.
+#[macro_export]
+macro_rules! gpu_tests {
+    ($module:literal; $($needs:expr => $($test:ident),+ $(,)?);* $(;)?) => {
+        pub const TESTS: &[(&str, $crate::support::Needs, $crate::TestFn)] = &[
+            $($((concat!($module, "::", stringify!($test)), $needs, $test),)+)*
+        ];
+    };
+}
+
 mod support;
 
 mod builder;

@@ -6,80 +6,26 @@ use cuda_graph::prelude::*;
 use crate::args;
 use crate::support::{eventually, one, stays, Gpu, Needs, TestResult};
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "memory::slices_are_views_that_keep_their_allocation",
-        Needs::Gpu,
+crate::gpu_tests! {
+    "memory";
+    Needs::Gpu =>
         slices_are_views_that_keep_their_allocation,
-    ),
-    (
-        "memory::captured_alloc_and_free_run_in_every_launch",
-        Needs::Gpu,
         captured_alloc_and_free_run_in_every_launch,
-    ),
-    (
-        "memory::a_captured_allocation_left_unfreed_is_freed_with_the_exec",
-        Needs::Gpu,
         a_captured_allocation_left_unfreed_is_freed_with_the_exec,
-    ),
-    (
-        "memory::an_exec_dropped_with_allocations_left_does_not_trim_memory_other_execs_keep",
-        Needs::Gpu,
         an_exec_dropped_with_allocations_left_does_not_trim_memory_other_execs_keep,
-    ),
-    (
-        "memory::misused_stream_ordered_memory_is_an_error",
-        Needs::Gpu,
         misused_stream_ordered_memory_is_an_error,
-    ),
-    (
-        "memory::stream_alloc_async_is_a_device_buffer",
-        Needs::Gpu,
         stream_alloc_async_is_a_device_buffer,
-    ),
-    (
-        "memory::a_stream_ordered_buffer_that_outlives_its_stream_is_freed",
-        Needs::Gpu,
         a_stream_ordered_buffer_that_outlives_its_stream_is_freed,
-    ),
-    (
-        "memory::a_pinned_buffer_waits_for_copies_on_streams_that_share_a_raw_handle",
-        Needs::Gpu,
         a_pinned_buffer_waits_for_copies_on_streams_that_share_a_raw_handle,
-    ),
-    (
-        "memory::graphs_wait_for_the_stream_ordered_memory_they_use",
-        Needs::Gpu,
         graphs_wait_for_the_stream_ordered_memory_they_use,
-    ),
-    ("memory::pinned_round_trip", Needs::Gpu, pinned_round_trip),
-    (
-        "memory::a_pinned_buffer_dropped_in_a_host_callback_is_freed",
-        Needs::Gpu,
+        pinned_round_trip,
         a_pinned_buffer_dropped_in_a_host_callback_is_freed,
-    ),
-    (
-        "memory::pinned_copies_are_refused_in_a_capture",
-        Needs::Gpu,
         pinned_copies_are_refused_in_a_capture,
-    ),
-    (
-        "memory::synchronous_copies_work_while_another_stream_captures",
-        Needs::Gpu,
         synchronous_copies_work_while_another_stream_captures,
-    ),
-    (
-        "memory::graph_memory_usage_rises_and_falls",
-        Needs::Gpu,
         graph_memory_usage_rises_and_falls,
-    ),
-    (
-        "memory::graphs_with_memory_nodes_refuse_removals",
-        Needs::Gpu,
         graphs_with_memory_nodes_refuse_removals,
-    ),
-    ("memory::event_timing", Needs::Gpu, event_timing),
-];
+        event_timing;
+}
 
 const N: i32 = 1000;
 

@@ -8,64 +8,22 @@ use crate::support::{eventually, launch, one, run, stays, Gpu, Needs, TestResult
 
 const GPU: Needs = Needs::Gpu;
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "nodes::typed_nodes_read_back_with_their_kind",
-        GPU,
+crate::gpu_tests! {
+    "nodes";
+    GPU =>
         typed_nodes_read_back_with_their_kind,
-    ),
-    (
-        "nodes::definition_update_changes_later_instantiations_only",
-        GPU,
         definition_update_changes_later_instantiations_only,
-    ),
-    (
-        "nodes::definition_update_releases_replaced_owners_after_older_execs",
-        GPU,
         definition_update_releases_replaced_owners_after_older_execs,
-    ),
-    (
-        "nodes::exec_update_changes_the_next_launch",
-        GPU,
         exec_update_changes_the_next_launch,
-    ),
-    (
-        "nodes::exec_update_releases_replaced_owners_after_launches",
-        GPU,
         exec_update_releases_replaced_owners_after_launches,
-    ),
-    (
-        "nodes::disabled_node_does_not_run",
-        GPU,
         disabled_node_does_not_run,
-    ),
-    (
-        "nodes::refused_updates_change_nothing",
-        GPU,
         refused_updates_change_nothing,
-    ),
-    (
-        "nodes::captured_nodes_update_an_exec",
-        GPU,
         captured_nodes_update_an_exec,
-    ),
-    ("nodes::host_callback_updates", GPU, host_callback_updates),
-    (
-        "nodes::child_graph_exec_update",
-        GPU,
+        host_callback_updates,
         child_graph_exec_update,
-    ),
-    (
-        "nodes::child_graph_definition_update",
-        GPU,
         child_graph_definition_update,
-    ),
-    (
-        "nodes::cache_updates_or_instantiates",
-        GPU,
-        cache_updates_or_instantiates,
-    ),
-];
+        cache_updates_or_instantiates;
+}
 
 /// A kernel node; each call site names the kernel's parameters it matches.
 pub(crate) fn k(

@@ -6,18 +6,12 @@ use cuda_graph::prelude::*;
 use crate::args;
 use crate::support::{Gpu, Needs, TestResult};
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "nvrtc::compiled_kernel_runs_in_a_graph",
-        Needs::Nvrtc,
+crate::gpu_tests! {
+    "nvrtc";
+    Needs::Nvrtc =>
         compiled_kernel_runs_in_a_graph,
-    ),
-    (
-        "nvrtc::refused_source_gives_the_compiler_log",
-        Needs::Nvrtc,
-        refused_source_gives_the_compiler_log,
-    ),
-];
+        refused_source_gives_the_compiler_log;
+}
 
 const SOURCE: &str = r#"
 extern "C" __global__ void scale_add(int* p, int n, int m, int b) {

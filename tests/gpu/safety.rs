@@ -12,190 +12,54 @@ use crate::support::{
     eventually, global_captures_beside_drops, one, stays, Gpu, Needs, TestResult,
 };
 
-pub const TESTS: &[(&str, Needs, crate::TestFn)] = &[
-    (
-        "safety::a_node_destroyed_inside_an_embedded_copy_releases_what_it_used",
-        Needs::Gpu,
+crate::gpu_tests! {
+    "safety";
+    Needs::Gpu =>
         a_node_destroyed_inside_an_embedded_copy_releases_what_it_used,
-    ),
-    (
-        "safety::a_per_node_update_of_an_exec_releases_what_the_node_was_instantiated_with",
-        Needs::Gpu,
         a_per_node_update_of_an_exec_releases_what_the_node_was_instantiated_with,
-    ),
-    (
-        "safety::a_whole_graph_update_releases_what_the_exec_was_instantiated_with",
-        Needs::Gpu,
         a_whole_graph_update_releases_what_the_exec_was_instantiated_with,
-    ),
-    (
-        "safety::graphs_embedding_their_own_clones_are_released",
-        Needs::Gpu,
         graphs_embedding_their_own_clones_are_released,
-    ),
-    (
-        "safety::a_device_graph_in_its_own_source_definition_is_released",
-        Needs::Gpu,
         a_device_graph_in_its_own_source_definition_is_released,
-    ),
-    (
-        "safety::an_outer_exec_dropped_while_it_runs_releases_the_inner_exec",
-        Needs::Gpu,
         an_outer_exec_dropped_while_it_runs_releases_the_inner_exec,
-    ),
-    (
-        "safety::an_upload_stream_that_captures_is_refused_before_instantiation",
-        Needs::Gpu,
         an_upload_stream_that_captures_is_refused_before_instantiation,
-    ),
-    (
-        "safety::exec_updates_in_a_host_callback_are_refused",
-        Needs::Gpu,
         exec_updates_in_a_host_callback_are_refused,
-    ),
-    (
-        "safety::captures_left_open_at_process_exit",
-        Needs::Gpu,
         captures_left_open_at_process_exit,
-    ),
-    (
-        "safety::stream_work_racing_captures_on_the_same_stream",
-        Needs::Gpu,
         stream_work_racing_captures_on_the_same_stream,
-    ),
-    (
-        "safety::four_threads_record_into_one_capture",
-        Needs::Gpu,
         four_threads_record_into_one_capture,
-    ),
-    (
-        "safety::forks_record_from_their_own_threads",
-        Needs::Gpu,
-        forks_record_from_their_own_threads,
-    ),
-    (
-        "safety::invalidated_body_then_parent_ends_completes_and_drops",
-        Needs::Conditional(DriverVersion::V12_3),
+        forks_record_from_their_own_threads;
+    Needs::Conditional(DriverVersion::V12_3) =>
         invalidated_body_then_parent_ends_completes_and_drops,
-    ),
-    (
-        "safety::invalidated_body_dropped_without_ending",
-        Needs::Conditional(DriverVersion::V12_3),
-        invalidated_body_dropped_without_ending,
-    ),
-    (
-        "safety::a_drop_on_the_release_thread_may_begin_a_capture",
-        Needs::Gpu,
-        a_drop_on_the_release_thread_may_begin_a_capture,
-    ),
-    (
-        "safety::switch_with_a_huge_count_is_refused_at_once",
-        Needs::Conditional(DriverVersion::V12_8),
+        invalidated_body_dropped_without_ending;
+    Needs::Gpu => a_drop_on_the_release_thread_may_begin_a_capture;
+    Needs::Conditional(DriverVersion::V12_8) =>
         switch_with_a_huge_count_is_refused_at_once,
-    ),
-    (
-        "safety::switch_bodies_cost_no_stream_until_captured",
-        Needs::Conditional(DriverVersion::V12_8),
-        switch_bodies_cost_no_stream_until_captured,
-    ),
-    (
-        "safety::buffer_dropped_inside_a_callback_is_freed",
-        Needs::Gpu,
+        switch_bodies_cost_no_stream_until_captured;
+    Needs::Gpu =>
         buffer_dropped_inside_a_callback_is_freed,
-    ),
-    (
-        "safety::unfreed_graph_allocation_is_freed_with_its_exec",
-        Needs::Gpu,
         unfreed_graph_allocation_is_freed_with_its_exec,
-    ),
-    (
-        "safety::frees_during_relaxed_and_thread_local_captures_keep_them_valid",
-        Needs::Gpu,
         frees_during_relaxed_and_thread_local_captures_keep_them_valid,
-    ),
-    (
-        "safety::drops_on_another_thread_never_invalidate_a_global_capture",
-        Needs::Gpu,
         drops_on_another_thread_never_invalidate_a_global_capture,
-    ),
-    (
-        "safety::exec_drops_on_another_thread_never_invalidate_a_global_capture",
-        Needs::Gpu,
-        exec_drops_on_another_thread_never_invalidate_a_global_capture,
-    ),
-    (
-        "safety::conditional_exec_drops_beside_global_captures",
-        Needs::Conditional(DriverVersion::V12_3),
-        conditional_exec_drops_beside_global_captures,
-    ),
-    (
-        "safety::a_relaxed_builder_dropped_in_a_host_callback_ends_its_capture",
-        Needs::Gpu,
+        exec_drops_on_another_thread_never_invalidate_a_global_capture;
+    Needs::Conditional(DriverVersion::V12_3) => conditional_exec_drops_beside_global_captures;
+    Needs::Gpu =>
         a_relaxed_builder_dropped_in_a_host_callback_ends_its_capture,
-    ),
-    (
-        "safety::a_callback_waiting_on_an_event_another_thread_records_is_refused_not_deadlocked",
-        Needs::Gpu,
         a_callback_waiting_on_an_event_another_thread_records_is_refused_not_deadlocked,
-    ),
-    (
-        "safety::a_builders_launch_inside_a_host_callback_is_an_error",
-        Needs::Gpu,
         a_builders_launch_inside_a_host_callback_is_an_error,
-    ),
-    (
-        "safety::crate_calls_inside_a_host_callback_are_errors",
-        Needs::Gpu,
         crate_calls_inside_a_host_callback_are_errors,
-    ),
-    (
-        "safety::a_graph_dropped_while_its_stream_captures_waits_for_its_launch_beside_a_capture_loop",
-        Needs::Gpu,
         a_graph_dropped_while_its_stream_captures_waits_for_its_launch_beside_a_capture_loop,
-    ),
-    (
-        "safety::one_graph_launched_from_four_threads",
-        Needs::Gpu,
         one_graph_launched_from_four_threads,
-    ),
-    (
-        "safety::launching_a_graph_into_a_capture_is_refused",
-        Needs::Gpu,
         launching_a_graph_into_a_capture_is_refused,
-    ),
-    (
-        "safety::update_sources_are_released_once_their_launches_end",
-        Needs::Gpu,
-        update_sources_are_released_once_their_launches_end,
-    ),
-    (
-        "safety::conditional_execs_dropped_right_after_their_launch",
-        Needs::Conditional(DriverVersion::V12_3),
+        update_sources_are_released_once_their_launches_end;
+    Needs::Conditional(DriverVersion::V12_3) =>
         conditional_execs_dropped_right_after_their_launch,
-    ),
-    (
-        "safety::conditional_execs_updated_while_their_launches_run",
-        Needs::Conditional(DriverVersion::V12_3),
-        conditional_execs_updated_while_their_launches_run,
-    ),
+        conditional_execs_updated_while_their_launches_run;
     // Last: these leak captures on purpose (CUDA then refuses context-wide synchronisation
     // until they end), and end them with raw driver calls when done.
-    (
-        "safety::forgotten_body_blocks_complete_and_node_destruction",
-        Needs::Conditional(DriverVersion::V12_3),
-        forgotten_body_blocks_complete_and_node_destruction,
-    ),
-    (
-        "safety::forgotten_fork_fails_the_end_cleanly",
-        Needs::Gpu,
+    Needs::Conditional(DriverVersion::V12_3) => forgotten_body_blocks_complete_and_node_destruction;
+    Needs::Gpu =>
         forgotten_fork_fails_the_end_cleanly,
-    ),
-    (
-        "safety::forgotten_relaxed_or_thread_local_capture_does_not_pin_releases",
-        Needs::Gpu,
-        forgotten_relaxed_or_thread_local_capture_does_not_pin_releases,
-    ),
-];
+        forgotten_relaxed_or_thread_local_capture_does_not_pin_releases;
+}
 
 /// Ends a capture that a test leaked on purpose (its builder was `mem::forget`-ten), with a raw
 /// driver call, so later tests run in a clean process.
@@ -252,6 +116,19 @@ fn launch_within(
 
 fn complete(b: GraphBuilder<Primary, Ended>) -> cuda_graph::Result<Graph> {
     b.instantiate()
+}
+
+/// After a test broke a capture on `stream`: the stream captures again, and the graph it
+/// captures (one `add_one` on `buf`, still zero) runs.
+fn captures_again(stream: &Stream, add_one: &Function, buf: &DeviceBuffer<i32>) -> TestResult {
+    let again = stream.create_graph_builder().begin_building(Global)?;
+    // SAFETY: add_one(int*).
+    unsafe { again.launch_unchecked(add_one, one(), &args![buf])? };
+    let g = complete(again.end_building()?)?;
+    g.launch(stream)?;
+    stream.synchronize()?;
+    assert_eq!(buf.to_vec()?, [1]);
+    Ok(())
 }
 
 /// Item 4: one thread issues work on a stream and drops its buffer while another begins and
@@ -435,14 +312,7 @@ fn invalidated_body_then_parent_ends_completes_and_drops(gpu: &Gpu) -> TestResul
     drop(def);
     drop(ended);
     // The stream captures again.
-    let again = stream.create_graph_builder().begin_building(Global)?;
-    // SAFETY: add_one(int*).
-    unsafe { again.launch_unchecked(&add_one, one(), &args![&buf])? };
-    let g = complete(again.end_building()?)?;
-    g.launch(&stream)?;
-    stream.synchronize()?;
-    assert_eq!(buf.to_vec()?, [1]);
-    Ok(())
+    captures_again(&stream, &add_one, &buf)
 }
 
 /// Item 6, other order: the invalidated body is dropped (not ended) and the parent is dropped
@@ -714,14 +584,7 @@ fn forgotten_fork_fails_the_end_cleanly(gpu: &Gpu) -> TestResult {
     std::mem::forget(a);
     p.join([b])?;
     assert!(p.end_building().is_err(), "an unjoined fork fails the end");
-    let again = stream.create_graph_builder().begin_building(Global)?;
-    // SAFETY: add_one(int*).
-    unsafe { again.launch_unchecked(&add_one, one(), &args![&buf])? };
-    let g = complete(again.end_building()?)?;
-    g.launch(&stream)?;
-    stream.synchronize()?;
-    assert_eq!(buf.to_vec()?, [1]);
-    Ok(())
+    captures_again(&stream, &add_one, &buf)
 }
 
 /// Item 13: a leaked capturing builder pinned a process-wide counter, so every later destroy was
