@@ -21,6 +21,7 @@ mod conditional;
 mod exec_nodes;
 mod inspect;
 mod memory;
+mod memset;
 mod node;
 mod nodes;
 mod params;
@@ -33,8 +34,8 @@ pub use inspect::{
 };
 pub(crate) use memory::{capture_dependencies, check_after_allocations, note_users};
 pub use memory::{GraphAllocation, GraphBuffer, MemAllocOptions, PeerAccess};
+pub use memset::{Memset2d, MemsetValue};
 pub use node::{GraphNode, NodeType};
-pub use nodes::{Memset2d, MemsetValue};
 pub use params::NodeParams;
 pub use typed::{
     node_kind, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,

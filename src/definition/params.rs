@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
+use super::memset::{memset_value, Memset2d, MemsetValue};
 use super::node;
-use super::nodes::{memset_value, Memset2d, MemsetValue};
 use super::typed::{node_kind, NodeKind, TypedNode};
 use super::GraphDefinition;
 use crate::core::callback;

@@ -5,29 +5,9 @@ use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// A fast hasher for the crate's internal integer keys (ids, node and object addresses): one
-/// multiply per word (the Fx hash). The keys are not chosen by an adversary.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(*b as u64);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-}
-
-type Ids = std::hash::BuildHasherDefault<IdHasher>;
+/// The hasher of the crate's internal integer keys (ids, node and object addresses): rustc's Fx
+/// hash, a multiply per word. The keys are not chosen by an adversary.
+type Ids = rustc_hash::FxBuildHasher;
 /// A map keyed by ids or addresses.
 pub(crate) type IdMap<K, V> = HashMap<K, V, Ids>;
 /// A set of ids or addresses.
