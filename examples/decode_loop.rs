@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use cuda_graph::prelude::*;
+use cuda_graph::Refusal;
 
 const KERNELS: &[u8] = include_bytes!("../tests/kernels/kernels.fatbin");
 /// Positions in the buffer (the "KV cache").
@@ -98,10 +99,13 @@ fn run_steps(
     stream.synchronize()?;
     let elapsed = start.elapsed();
     if buf.to_vec()? != expected(steps) {
-        return Err(Error::InvalidArgument(format!(
-            "the {} loop computed the wrong result",
-            if cached { "cached" } else { "instantiating" }
-        )));
+        return Err(Error::invalid(
+            Refusal::Other,
+            format!(
+                "the {} loop computed the wrong result",
+                if cached { "cached" } else { "instantiating" }
+            ),
+        ));
     }
     Ok(if cached {
         Run {
@@ -121,7 +125,10 @@ fn run_steps(
 fn run() -> cuda_graph::Result<()> {
     let steps: usize = match std::env::args().nth(1) {
         Some(s) => s.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-            Error::InvalidArgument(format!("STEPS must be a positive integer, not {s:?}"))
+            Error::invalid(
+                Refusal::Size,
+                format!("STEPS must be a positive integer, not {s:?}"),
+            )
         })?,
         None => 2000,
     };

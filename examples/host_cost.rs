@@ -16,6 +16,7 @@
 use std::process::ExitCode;
 
 use cuda_graph::prelude::*;
+use cuda_graph::Refusal;
 use cudarc::driver::sys;
 
 const KERNELS: &[u8] = include_bytes!("../tests/kernels/kernels.fatbin");
@@ -108,7 +109,7 @@ fn run(case: &str, n: usize) -> cuda_graph::Result<()> {
         "raw-explicit" => raw_explicit(&f, n)?,
         "raw-capture" => raw_capture(&device, &f, n)?,
         other => {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(Refusal::Other, format!(
                 "unknown case {other:?}: explicit, explicit-buf, explicit-typed, capture, capture-buf, capture-typed, stream, cycle, raw-explicit, raw-capture, raw-cycle"
             )))
         }
@@ -120,7 +121,10 @@ fn check(r: sys::CUresult, what: &str) -> cuda_graph::Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!("{what} failed: {r:?}")))
+        Err(Error::invalid(
+            Refusal::Other,
+            format!("{what} failed: {r:?}"),
+        ))
     }
 }
 

@@ -423,6 +423,125 @@ impl fmt::Display for UpdateFailure {
     }
 }
 
+/// The kind of an [`Error::InvalidArgument`]: what about the arguments was refused.
+///
+/// Each refusal has one kind, and its message (see [`Refused`]) says the details. New kinds
+/// may be added, so a `match` needs a `_` arm.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # use cuda_graph::*;
+/// # fn f(device: &Device) -> cuda_graph::Result<()> {
+/// match device.load_ptx("not PTX\0") {
+///     Err(e) if e.refusal() == Some(Refusal::Image) => println!("not a module: {e}"),
+///     Err(e) => return Err(e),
+///     Ok(_module) => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// A size, length, count, range or alignment the operation cannot take: a zero-sized
+    /// allocation or buffer, sizes that overflow the address space, copies between buffers of
+    /// different lengths, a range out of a buffer, a graph allocation that is not a whole number
+    /// of elements, a type aligned more than the memory, a memset element or shape that does not
+    /// fit, a conditional node with no body or more bodies than supported. Pass sizes that fit.
+    Size,
+    /// Something of another device or context: a buffer, kernel, stream, event or graph of
+    /// another device than the one the operation runs on, a cudarc object outside the primary
+    /// context, a device ordinal that does not exist or a peer that cannot access the memory.
+    /// Use objects of one device (copy the data over first).
+    OtherDevice,
+    /// Something that belongs to another graph, or is used where it does not belong: a
+    /// [`GraphBuffer`](crate::GraphBuffer) in another graph than the one that allocates it, a
+    /// free of an allocation this graph did not make, a conditional node of a copy, a conditional
+    /// handle that already drives a node. Use it only with the graph it came from.
+    ForeignGraph,
+    /// Work that would not be ordered as it must be: a kernel using a
+    /// [`GraphBuffer`](crate::GraphBuffer) that does not come after its allocation node, a free
+    /// node that does not come after every kernel using the allocation, a buffer from
+    /// `Stream::alloc_async` used on another stream, an edge from a node to itself, a graph
+    /// embedded into itself. Add the missing dependencies (or use a clone).
+    Order,
+    /// The stream or graph is capturing where it must not be, or not where it must be: a builder
+    /// whose stream is not capturing, a host copy or an exec launch recorded into a capture, a
+    /// graph a capture still records into, a [`GraphBuffer`](crate::GraphBuffer) or
+    /// graph-only kernel on a plain stream, a capture begun outside this crate. End (or begin)
+    /// the capture first.
+    Capture,
+    /// The graph was freed by the driver, or left broken by a failed capture (of a conditional
+    /// body, say): nothing more can be recorded into it, and it cannot be instantiated, updated
+    /// from, embedded or changed. Capture or build it again.
+    Broken,
+    /// A CUDA call from inside a host callback (a driver thread, where CUDA calls are not
+    /// allowed). Do the work before or after the callback, on a stream or as graph nodes.
+    InCallback,
+    /// A module image or source text refused before the driver or NVRTC reads it: an empty or
+    /// corrupt image, a host-side fatbin wrapper, PTX or CUDA source that is not text or holds a
+    /// NUL. Pass the cubin, fatbin or PTX itself.
+    Image,
+    /// A kernel's declared [`Signature`](crate::Signature) does not match the kernel (as the
+    /// driver reports it): a parameter of another size, or another number of parameters. Declare
+    /// the kernel as it is defined.
+    Declaration,
+    /// Options or a use this build, this object or the driver cannot do: managed graph memory
+    /// without CUDA 13 bindings, kernel argument read-back without `cuFuncGetParamInfo`, an event
+    /// without timing asked for a time, a device handle of an exec not instantiated for device
+    /// launch, an update of an exec that handed out a device handle, a child graph or conditional
+    /// body used on its own, removing nodes from a graph with memory nodes, cudarc's per-thread
+    /// default stream. Change the options, or do it another way.
+    Unsupported,
+    /// Anything else: a state the crate did not expect (an answer of the driver it does not know,
+    /// say), a kernel name holding a NUL, a cache with no exec yet. The message says what.
+    Other,
+}
+
+/// A refused argument: the kind of refusal and the message. Inside [`Error::InvalidArgument`].
+///
+/// Displays as the message; derefs to it as a `str`, so `r.contains("…")` reads it.
+///
+/// ```no_run
+/// # use cuda_graph::prelude::*;
+/// # use cuda_graph::*;
+/// # fn f(e: &Error) {
+/// if let Error::InvalidArgument(r) = e {
+///     println!("{:?}: {}", r.kind(), r.message());
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    kind: Refusal,
+    message: String,
+}
+
+impl Refused {
+    /// The kind of refusal.
+    pub fn kind(&self) -> Refusal {
+        self.kind
+    }
+
+    /// What was refused and why, in words.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::ops::Deref for Refused {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.message
+    }
+}
+
 /// Everything that can go wrong in this crate.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -455,9 +574,30 @@ pub enum Error {
     #[error(transparent)]
     Driver(#[from] DriverError),
 
-    /// The caller passed a value the operation cannot take.
+    /// The operation refused what it was given, before (or instead of) asking the driver. The
+    /// [`Refused`] inside says which kind of refusal it is ([`Refused::kind`], a [`Refusal`]) and
+    /// why, in words ([`Refused::message`]; it also derefs to the message as a `str`).
+    /// [`Error::refusal`] gives the kind from the error itself.
+    ///
+    /// Branch on the kind, not on the message's words (those may be reworded):
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, dst: &DeviceBuffer<f32>, src: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// match stream.memcpy_dtod(dst, src) {
+    ///     Err(Error::InvalidArgument(r)) if r.kind() == Refusal::Size => {
+    ///         println!("the lengths differ: {r}");
+    ///     }
+    ///     Err(e) if e.refusal() == Some(Refusal::OtherDevice) => {
+    ///         println!("copy through a buffer of the stream's device: {e}");
+    ///     }
+    ///     other => other?,
+    /// }
+    /// # Ok(()) }
+    /// ```
     #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+    InvalidArgument(Refused),
 
     /// A device ordinal past the number of devices.
     #[error("device ordinal {ordinal} is out of range: {count} CUDA device(s) present")]
@@ -555,6 +695,44 @@ pub enum Error {
 }
 
 impl Error {
+    /// An [`Error::InvalidArgument`] of kind `kind` saying `message` (the crate makes its
+    /// refusals with this; code of its own that returns this crate's `Result` may too).
+    ///
+    /// ```
+    /// use cuda_graph::{Error, Refusal};
+    /// let e = Error::invalid(Refusal::Size, "STEPS must be at least 1");
+    /// assert_eq!(e.to_string(), "invalid argument: STEPS must be at least 1");
+    /// assert_eq!(e.refusal(), Some(Refusal::Size));
+    /// ```
+    #[cold]
+    #[inline(never)]
+    pub fn invalid(kind: Refusal, message: impl Into<String>) -> Error {
+        Error::InvalidArgument(Refused {
+            kind,
+            message: message.into(),
+        })
+    }
+
+    /// The kind of refusal, if this is an [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, dst: &DeviceBuffer<f32>, src: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// if let Err(e) = stream.memcpy_dtod(dst, src) {
+    ///     if e.refusal() == Some(Refusal::OtherDevice) {
+    ///         println!("a buffer is on another device than the stream");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            Error::InvalidArgument(r) => Some(r.kind),
+            _ => None,
+        }
+    }
+
     /// The driver error inside, if this error came from a driver call.
     ///
     /// ```no_run
@@ -669,6 +847,43 @@ mod tests {
             "conditional SWITCH nodes needs CUDA driver 12.8 or newer, but the installed driver is 12.4"
         );
         assert_eq!(e.code(), None);
+    }
+
+    #[test]
+    fn refusals_keep_their_message_and_kind() {
+        let e = Error::invalid(Refusal::Size, "a device buffer of 0 elements");
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: a device buffer of 0 elements"
+        );
+        assert_eq!(e.refusal(), Some(Refusal::Size));
+        assert_eq!(e.code(), None);
+        let Error::InvalidArgument(r) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(r.kind(), Refusal::Size);
+        assert_eq!(r.message(), "a device buffer of 0 elements");
+        assert_eq!(r.to_string(), "a device buffer of 0 elements");
+        assert_eq!(format!("{r}"), r.message());
+        // Deref to the message.
+        assert!(r.contains("0 elements"));
+        assert!(r.starts_with("a device"));
+        let s: &str = r;
+        assert_eq!(s, "a device buffer of 0 elements");
+        assert_eq!(r.clone(), *r);
+        assert_ne!(
+            *r,
+            match Error::invalid(Refusal::Other, r.message()) {
+                Error::InvalidArgument(o) => o,
+                other => panic!("{other:?}"),
+            }
+        );
+        let owned = String::from("the module image is empty");
+        let e = Error::invalid(Refusal::Image, owned);
+        assert_eq!(e.to_string(), "invalid argument: the module image is empty");
+        assert_eq!(e.refusal(), Some(Refusal::Image));
+        let other = Error::ForeignNode;
+        assert_eq!(other.refusal(), None);
     }
 
     #[test]

@@ -89,7 +89,7 @@ pub use definition::{
     ReadBack, TypedNode,
 };
 pub use driver::{driver_version, DriverVersion};
-pub use error::{DriverError, Error, InstantiateFailure, Result, UpdateFailure};
+pub use error::{DriverError, Error, InstantiateFailure, Refusal, Refused, Result, UpdateFailure};
 pub use graph::{
     CacheOutcome, DeviceGraph, DotDetail, Graph, GraphCache, GraphDebugPrintOptions,
     InstantiateOptions,

@@ -6,7 +6,7 @@ use super::state::State;
 use super::GraphBuilder;
 use crate::core::callback::{prepare, HostCallback, PreparedCallback};
 use crate::driver;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// While capturing: host callbacks.
 impl<K: Kind, S: State> GraphBuilder<K, S> {
@@ -39,8 +39,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             if !rec.capturing() {
                 // Not capturing any more (invalidated): nothing would own the closure.
                 self.core.status()?;
-                return Err(Error::InvalidArgument(
-                    "the builder's stream is not capturing".into(),
+                return Err(Error::invalid(
+                    Refusal::Capture,
+                    "the builder's stream is not capturing",
                 ));
             }
             rec.keep_dyn(&state);

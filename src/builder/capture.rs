@@ -4,7 +4,7 @@ use super::kind::{Kind, OwnsCapture, StandsAlone};
 use super::state::{CaptureMode, Capturing, Ended, IsCapturing, IsEnded, State, Unstarted};
 use super::GraphBuilder;
 use crate::definition::GraphAllocation;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::graph::{Graph, GraphDebugPrintOptions, InstantiateOptions};
 use crate::runtime::{DeviceBuffer, DeviceCopy, Function, KernelArgs, LaunchConfig, Stream};
 
@@ -300,7 +300,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsEnded,
     {
         self.graph_handle()
-            .ok_or_else(|| Error::InvalidArgument("the builder has no graph".into()))
+            .ok_or_else(|| Error::invalid(Refusal::Other, "the builder has no graph"))
     }
 }
 

@@ -13,7 +13,7 @@ use crate::core::conditional::{
     ConditionalHandle,
 };
 use crate::driver::graph::GraphHandle;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// While capturing: conditional nodes.
 impl<K: Kind, S: State> GraphBuilder<K, S> {
@@ -21,10 +21,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     where
         S: IsCapturing,
     {
-        self.core
-            .graph
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("the builder's stream is not capturing".into()))
+        self.core.graph.as_ref().ok_or_else(|| {
+            Error::invalid(Refusal::Capture, "the builder's stream is not capturing")
+        })
     }
 
     /// Creates a conditional handle in this builder's graph (`cuGraphConditionalHandleCreate`).
@@ -77,7 +76,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             let node = self.core.add_node(rec, &mut params)?;
             let raws = body_graphs(&params, size)?;
             let tree = rec.tree.as_deref_mut().ok_or_else(|| {
-                Error::InvalidArgument("the builder's stream is not capturing".into())
+                Error::invalid(Refusal::Capture, "the builder's stream is not capturing")
             })?;
             Ok(register_bodies(tree, &graph, node, raws, handle, kind))
         })?;
@@ -123,7 +122,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     {
         let mut v = self.conditional(handle, CondKind::If)?;
         v.pop()
-            .ok_or_else(|| Error::InvalidArgument("no body".into()))
+            .ok_or_else(|| Error::invalid(Refusal::Other, "no body"))
     }
 
     /// Adds an IF node with an ELSE body: `(then, else)`; `then` runs when the value is non-zero,
@@ -155,7 +154,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         let then_body = v.pop();
         match (then_body, else_body) {
             (Some(t), Some(e)) => Ok((t, e)),
-            _ => Err(Error::InvalidArgument("no bodies".into())),
+            _ => Err(Error::invalid(Refusal::Other, "no bodies")),
         }
     }
 
@@ -209,6 +208,6 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     {
         let mut v = self.conditional(handle, CondKind::While)?;
         v.pop()
-            .ok_or_else(|| Error::InvalidArgument("no body".into()))
+            .ok_or_else(|| Error::invalid(Refusal::Other, "no body"))
     }
 }

@@ -9,7 +9,7 @@ use crate::driver::release::{self, CaptureActive, Restricts};
 use crate::driver::stream::CaptureLink;
 use crate::driver::stream::{status_out, CaptureStatus};
 use crate::driver::{self, DriverVersion};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::runtime::{Event, OwnCapture, Recording, Stream};
 
 /// The runtime part of a builder.
@@ -90,7 +90,7 @@ impl Core {
         let mut slot = self.stream.handle.slot();
         let mut tree = graph.lock();
         if let Some(why) = tree.broken() {
-            return Err(Error::InvalidArgument(why.to_string()));
+            return Err(Error::invalid(Refusal::Broken, why.to_string()));
         }
         // SAFETY: stream and graph are live, the graph's tree is locked; no dependencies.
         unsafe {
@@ -196,12 +196,16 @@ impl Core {
                 sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                 "cuStreamIsCapturing",
             ))),
-            CaptureStatus::None => Err(Error::InvalidArgument(
-                "the builder's stream is not capturing".into(),
+            CaptureStatus::None => Err(Error::invalid(
+                Refusal::Capture,
+                "the builder's stream is not capturing",
             )),
-            CaptureStatus::Unknown(v) => Err(Error::InvalidArgument(format!(
-                "the builder's stream reports capture status {v}, which this crate does not know"
-            ))),
+            CaptureStatus::Unknown(v) => Err(Error::invalid(
+                Refusal::Other,
+                format!(
+                    "the builder's stream reports capture status {v}, which this crate does not know"
+                ),
+            )),
         }
     }
 
@@ -215,8 +219,9 @@ impl Core {
     ) -> Result<sys::CUgraphNode> {
         if !rec.capturing() {
             self.status()?;
-            return Err(Error::InvalidArgument(
-                "the builder's stream is not capturing".into(),
+            return Err(Error::invalid(
+                Refusal::Capture,
+                "the builder's stream is not capturing",
             ));
         }
         let mut status = 0u32;

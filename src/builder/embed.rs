@@ -9,7 +9,7 @@ use super::GraphBuilder;
 use crate::core::source::{sealed::Source, FinishedGraph};
 use crate::driver::compat;
 use crate::driver::graph::GraphHandle;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 impl<K: StandsAlone, S: IsEnded> Source for GraphBuilder<K, S> {
     fn finished_graph(&self) -> Result<&std::sync::Arc<GraphHandle>> {
@@ -38,8 +38,9 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     {
         let child = child.finished_graph()?;
         if child.ctx.device != self.core.stream.handle.ctx.device {
-            return Err(Error::InvalidArgument(
-                "the child graph belongs to another device".into(),
+            return Err(Error::invalid(
+                Refusal::OtherDevice,
+                "the child graph belongs to another device",
             ));
         }
         let keep = child.root();
@@ -55,7 +56,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             let child_tree = match rec.other.as_deref() {
                 Some(t) => t,
                 None => rec.tree.as_deref().ok_or_else(|| {
-                    Error::InvalidArgument("the builder's stream is not capturing".into())
+                    Error::invalid(Refusal::Capture, "the builder's stream is not capturing")
                 })?,
             };
             child_tree.check_complete()?;

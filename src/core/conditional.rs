@@ -6,7 +6,7 @@ use cudarc::driver::sys;
 
 use crate::driver::graph::{CondRecord, GraphHandle, TreeState};
 use crate::driver::{self, compat, DriverVersion};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::runtime::{KernelArg, KernelArgs};
 
 /// A conditional handle (`CUgraphConditionalHandle`): the value a conditional node tests, set from
@@ -205,8 +205,9 @@ pub(crate) fn check_unused(tree: &TreeState, handle: &ConditionalHandle) -> Resu
         .values()
         .any(|r| r.handle == (handle.raw, handle.graph_id))
     {
-        return Err(Error::InvalidArgument(
-            "this conditional handle already drives a conditional node: each conditional node needs a handle of its own (create another with create_conditional_handle)".into(),
+        return Err(Error::invalid(
+            Refusal::ForeignGraph,
+            "this conditional handle already drives a conditional node: each conditional node needs a handle of its own (create another with create_conditional_handle)",
         ));
     }
     Ok(())
@@ -225,14 +226,16 @@ pub(crate) fn node_params(
         return Err(Error::ForeignConditionalHandle);
     }
     if size == 0 {
-        return Err(Error::InvalidArgument(
-            "a conditional node needs at least one body".into(),
+        return Err(Error::invalid(
+            Refusal::Size,
+            "a conditional node needs at least one body",
         ));
     }
     if size > MAX_SWITCH_BODIES {
-        return Err(Error::InvalidArgument(format!(
-            "a SWITCH node of {size} bodies: at most {MAX_SWITCH_BODIES} are supported"
-        )));
+        return Err(Error::invalid(
+            Refusal::Size,
+            format!("a SWITCH node of {size} bodies: at most {MAX_SWITCH_BODIES} are supported"),
+        ));
     }
     // SAFETY: zeroed node parameters are valid plain C data; the used fields are set below.
     let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
@@ -257,8 +260,9 @@ pub(crate) fn body_graphs(params: &sys::CUgraphNodeParams, size: u32) -> Result<
     unsafe {
         let out = params.__bindgen_anon_1.conditional.phGraph_out;
         if out.is_null() {
-            return Err(Error::InvalidArgument(
-                "the driver returned no conditional body graphs".into(),
+            return Err(Error::invalid(
+                Refusal::Other,
+                "the driver returned no conditional body graphs",
             ));
         }
         Ok(std::slice::from_raw_parts(out, size as usize).to_vec())

@@ -5,7 +5,7 @@ use super::typed::{ConditionalNode, TypedNode};
 use super::GraphDefinition;
 use crate::core::conditional::{body_graphs, check_unused, node_params, register_bodies, CondKind};
 use crate::driver;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::ConditionalHandle;
 
 impl GraphDefinition {
@@ -145,8 +145,9 @@ impl GraphDefinition {
         n: u32,
     ) -> Result<(ConditionalNode, Vec<GraphDefinition>)> {
         if n == 0 {
-            return Err(Error::InvalidArgument(
-                "a SWITCH node needs at least one branch".into(),
+            return Err(Error::invalid(
+                Refusal::Size,
+                "a SWITCH node needs at least one branch",
             ));
         }
         self.add_conditional(deps, handle, CondKind::Switch(n))
@@ -154,5 +155,8 @@ impl GraphDefinition {
 }
 
 fn no_body() -> Error {
-    Error::InvalidArgument("the driver returned fewer conditional bodies than asked".into())
+    Error::invalid(
+        Refusal::Other,
+        "the driver returned fewer conditional bodies than asked",
+    )
 }

@@ -11,7 +11,7 @@ use crate::driver;
 use std::sync::Arc;
 
 use crate::driver::graph::{GraphHandle, Owners, TreeState};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::graph::{lock, Graph};
 use crate::GraphNode;
 
@@ -46,8 +46,9 @@ fn exec_node(
 ) -> Result<sys::CUgraphNode> {
     tree.check_complete()?;
     if inside_embedded(tree, node.graph) {
-        return Err(Error::InvalidArgument(
-            "a node inside a child-graph node's graph cannot be updated in an exec on its own: update the child-graph node (NodeParams::child_graph)".into(),
+        return Err(Error::invalid(
+            Refusal::Unsupported,
+            "a node inside a child-graph node's graph cannot be updated in an exec on its own: update the child-graph node (NodeParams::child_graph)",
         ));
     }
     let in_tree = node.graph == source.id
@@ -198,5 +199,8 @@ impl Graph {
 }
 
 fn no_source() -> Error {
-    Error::InvalidArgument("the exec no longer holds the graph it was instantiated from".into())
+    Error::invalid(
+        Refusal::Other,
+        "the exec no longer holds the graph it was instantiated from",
+    )
 }

@@ -14,7 +14,7 @@ use crate::driver::event::EventHandle;
 use crate::driver::graph::{GraphHandle, Owner, TreeState};
 use crate::driver::module::ModuleHandle;
 use crate::driver::{self, DriverVersion};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::runtime::{DeviceCopy, Event, Function, LaunchConfig};
 use crate::{ConditionalHandle, HostCallback};
 
@@ -498,14 +498,18 @@ impl GraphDefinition {
                         "reading back a conditional node this crate did not make (cuGraphNodeGetParams)",
                         DriverVersion::V13_2,
                     )?;
-                    return Err(Error::InvalidArgument(
-                        "this conditional node was not made by this crate (a copy's node, say): read the original graph's node instead".into(),
+                    return Err(Error::invalid(
+                        Refusal::ForeignGraph,
+                        "this conditional node was not made by this crate (a copy's node, say): read the original graph's node instead",
                     ));
                 };
                 let kind = CondKind::from_raw(rec.ty, rec.bodies.len() as u32)
                     .map(CondKind::public)
                     .ok_or_else(|| {
-                        Error::InvalidArgument(format!("unknown conditional node type {}", rec.ty))
+                        Error::invalid(
+                            Refusal::Other,
+                            format!("unknown conditional node type {}", rec.ty),
+                        )
                     })?;
                 let bodies = rec
                     .bodies

@@ -13,7 +13,7 @@ use crate::driver;
 use crate::driver::compat;
 use crate::driver::context::PrimaryContext;
 use crate::driver::graph::{IdSet, TreeState};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::runtime::{
     kernel_sealed, ArgRefs, ConstSlice, DeviceBuffer, DeviceCopy, GraphUse, KernelArg, KernelArgs,
     Recording, Slice,
@@ -23,8 +23,9 @@ use crate::DriverVersion;
 /// Checks an allocation size.
 pub(crate) fn check_alloc_size(bytes: usize) -> Result<()> {
     if bytes == 0 {
-        return Err(Error::InvalidArgument(
-            "a memory allocation node cannot allocate 0 bytes".into(),
+        return Err(Error::invalid(
+            Refusal::Size,
+            "a memory allocation node cannot allocate 0 bytes",
         ));
     }
     Ok(())
@@ -276,11 +277,14 @@ impl GraphAllocation {
     fn elements<T>(&self) -> Result<usize> {
         let size = std::mem::size_of::<T>();
         if size == 0 || !self.bytes.is_multiple_of(size) {
-            return Err(Error::InvalidArgument(format!(
-                "a graph allocation of {} bytes is not a whole number of `{}`s",
-                self.bytes,
-                std::any::type_name::<T>()
-            )));
+            return Err(Error::invalid(
+                Refusal::Size,
+                format!(
+                    "a graph allocation of {} bytes is not a whole number of `{}`s",
+                    self.bytes,
+                    std::any::type_name::<T>()
+                ),
+            ));
         }
         Ok(self.bytes / size)
     }
@@ -335,8 +339,9 @@ impl GraphAllocation {
     ) -> Result<GraphAllocation> {
         check_alloc_size(bytes)?;
         let (Some(graph), Some(tree)) = (rec.graph_id(), rec.tree.as_deref_mut()) else {
-            return Err(Error::InvalidArgument(
-                "the builder's stream is not capturing".into(),
+            return Err(Error::invalid(
+                Refusal::Capture,
+                "the builder's stream is not capturing",
             ));
         };
         let mut ptr = 0;
@@ -365,7 +370,7 @@ impl GraphAllocation {
             // (a device address, which unified addressing keeps apart from the host addresses
             // node handles are), so no free node can take it.
             tree.note_allocation(graph, ptr as usize, ptr);
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(Refusal::Order, format!(
                 "after a captured allocation the capture has {n} dependencies instead of its allocation node"
             )));
         }
@@ -388,8 +393,9 @@ impl GraphAllocation {
     /// not freed yet.
     pub(crate) fn capture_free(self, rec: &mut Recording<'_>, stream: sys::CUstream) -> Result<()> {
         let (Some(graph), Some(tree)) = (rec.graph_id(), rec.tree.as_deref_mut()) else {
-            return Err(Error::InvalidArgument(
-                "the builder's stream is not capturing".into(),
+            return Err(Error::invalid(
+                Refusal::Capture,
+                "the builder's stream is not capturing",
             ));
         };
         let key = (self.node.graph, self.node.raw);
@@ -397,8 +403,9 @@ impl GraphAllocation {
             || node::check(tree, graph, self.node.as_ref()).is_err()
             || tree.unfreed.get(&key) != Some(&self.ptr)
         {
-            return Err(Error::InvalidArgument(
-                "free_async of a graph allocation that this capture's graph did not allocate (or already freed): free it in the graph that allocated it".into(),
+            return Err(Error::invalid(
+                Refusal::ForeignGraph,
+                "free_async of a graph allocation that this capture's graph did not allocate (or already freed): free it in the graph that allocated it",
             ));
         }
         if tree.memory_users.contains_key(&key) {
@@ -632,14 +639,16 @@ pub(crate) unsafe fn check_after_allocations(
 ) -> Result<()> {
     for u in uses {
         if u.graph != graph {
-            return Err(Error::InvalidArgument(
-                "a GraphBuffer is used in another graph than the one that allocates it: graph memory exists only inside its own graph".into(),
+            return Err(Error::invalid(
+                Refusal::ForeignGraph,
+                "a GraphBuffer is used in another graph than the one that allocates it: graph memory exists only inside its own graph",
             ));
         }
         // SAFETY: the caller's promise.
         if !unsafe { walk_up(deps, |n| n == u.alloc) }? {
-            return Err(Error::InvalidArgument(
-                "a kernel using a GraphBuffer must run after its allocation node: make the allocation node (or a node after it) one of the kernel's dependencies".into(),
+            return Err(Error::invalid(
+                Refusal::Order,
+                "a kernel using a GraphBuffer must run after its allocation node: make the allocation node (or a node after it) one of the kernel's dependencies",
             ));
         }
     }
@@ -709,7 +718,7 @@ unsafe fn check_free_after_users(
         })
     }?;
     if missing > 0 {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::invalid(Refusal::Order, format!(
             "the free node must run after every kernel that uses the allocation through a GraphBuffer, and {missing} of them do not come before its dependencies: add edges (or join the streams) first; the allocation stays allocated until the exec frees it"
         )));
     }
@@ -773,9 +782,10 @@ impl GraphDefinition {
         let devices = driver::device::count()?.max(0) as usize;
         let exists = |ordinal: usize, what: &str| -> Result<sys::CUdevice> {
             if ordinal >= devices {
-                return Err(Error::InvalidArgument(format!(
-                    "{what} {ordinal} does not exist ({devices} device(s))"
-                )));
+                return Err(Error::invalid(
+                    Refusal::OtherDevice,
+                    format!("{what} {ordinal} does not exist ({devices} device(s))"),
+                ));
             }
             driver::device::get(ordinal as i32)
         };
@@ -787,12 +797,12 @@ impl GraphDefinition {
         for &(peer, how) in &options.peers {
             let peer_dev = exists(peer, "peer device")?;
             if peer == target_ordinal {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(Refusal::OtherDevice, format!(
                     "device {peer} allocates the memory and always has access: list only other devices as peers"
                 )));
             }
             if !driver::device::can_access_peer(peer_dev, target)? {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(Refusal::OtherDevice, format!(
                     "device {peer} cannot access memory of device {target_ordinal} (cuDeviceCanAccessPeer)"
                 )));
             }
@@ -809,8 +819,9 @@ impl GraphDefinition {
         let alloc_type = match compat::allocation_type(options.managed) {
             Some(t) => t,
             None => {
-                return Err(Error::InvalidArgument(
-                    "managed graph allocations need the CUDA 13 bindings: build cuda-graph with a `cuda-13*` feature (this build uses CUDA 12 bindings, which cannot name managed memory)".into(),
+                return Err(Error::invalid(
+                    Refusal::Unsupported,
+                    "managed graph allocations need the CUDA 13 bindings: build cuda-graph with a `cuda-13*` feature (this build uses CUDA 12 bindings, which cannot name managed memory)",
                 ))
             }
         };
@@ -913,7 +924,7 @@ mod tests {
     fn zero_byte_allocations_are_an_error() {
         assert!(matches!(
             check_alloc_size(0),
-            Err(Error::InvalidArgument(_))
+            Err(e) if e.refusal() == Some(Refusal::Size)
         ));
         assert!(check_alloc_size(1).is_ok());
     }

@@ -3,7 +3,7 @@
 
 #[cfg(doc)]
 use super::GraphDefinition;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::runtime::DeviceCopy;
 
 /// The shape of a 2D memset ([`GraphDefinition::add_memset_2d`]), in elements of the buffer's
@@ -28,7 +28,7 @@ pub struct Memset2d {
 impl Memset2d {
     /// Checks the shape against a buffer of `len` elements.
     pub(crate) fn check(&self, len: usize) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidArgument(m));
+        let bad = |m: String| Err(Error::invalid(Refusal::Size, m));
         if self.pitch > isize::MAX as usize / 8 {
             // In bytes it must fit the address space (one row is all that is set when `height`
             // is 1, so the extent below does not bound it).
@@ -106,10 +106,13 @@ pub(crate) fn memset_value<T: MemsetValue>(value: T) -> Result<(u32, u32)> {
     let size = std::mem::size_of::<T>();
     match size {
         1 | 2 | 4 => Ok((size as u32, sealed::Sealed::bits(value) as u32)),
-        _ => Err(Error::InvalidArgument(format!(
-            "a memset sets 1-, 2- or 4-byte elements, but `{}` is {size} bytes",
-            std::any::type_name::<T>()
-        ))),
+        _ => Err(Error::invalid(
+            Refusal::Size,
+            format!(
+                "a memset sets 1-, 2- or 4-byte elements, but `{}` is {size} bytes",
+                std::any::type_name::<T>()
+            ),
+        )),
     }
 }
 
@@ -132,7 +135,9 @@ mod tests {
     fn memset_values_of_8_bytes_are_an_error() {
         for r in [memset_value(1u64), memset_value(1i64), memset_value(1.0f64)] {
             match r {
-                Err(Error::InvalidArgument(m)) => assert!(m.contains("8 bytes"), "{m}"),
+                Err(Error::InvalidArgument(m)) if m.kind() == Refusal::Size => {
+                    assert!(m.contains("8 bytes"), "{m}")
+                }
                 other => panic!("{other:?}"),
             }
         }

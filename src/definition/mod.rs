@@ -12,7 +12,7 @@ use cudarc::driver::sys;
 use crate::core::source::{sealed::Source, FinishedGraph};
 use crate::driver;
 use crate::driver::graph::{GraphHandle, TreeState};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::graph::{Graph, GraphDebugPrintOptions, InstantiateOptions};
 use crate::runtime::{Device, ReleaseObserver};
 use crate::ConditionalHandle;
@@ -205,12 +205,12 @@ impl GraphDefinition {
     /// The error for a body used where a graph of its own is needed.
     fn standalone(&self, what: &str) -> Result<&Arc<GraphHandle>> {
         if self.graph.is_embedded() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(Refusal::Unsupported, format!(
                 "the graph of a child-graph node cannot be {what} on its own: it runs as part of the graph that holds the node; use that graph's definition, or the definition it was embedded from"
             )));
         }
         if self.graph.is_body() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(Refusal::Unsupported, format!(
                 "a conditional body cannot be {what} on its own: it runs as part of the graph that holds its conditional node; use that graph's definition"
             )));
         }
@@ -340,16 +340,18 @@ pub(crate) fn check_usable(graph: &GraphHandle, tree: &TreeState) -> Result<()> 
 #[inline(never)]
 fn check_usable_slow(graph: &GraphHandle, tree: &TreeState) -> Result<()> {
     if let Some(why) = tree.broken() {
-        return Err(Error::InvalidArgument(why.to_string()));
+        return Err(Error::invalid(Refusal::Broken, why.to_string()));
     }
     if tree.is_capturing_into(graph.id) {
-        return Err(Error::InvalidArgument(
-            "a stream capture is recording into this graph (its conditional body builder is capturing): call `end_building()` on the body first".into(),
+        return Err(Error::invalid(
+            Refusal::Capture,
+            "a stream capture is recording into this graph (its conditional body builder is capturing): call `end_building()` on the body first",
         ));
     }
     if tree.is_dead(graph) {
-        return Err(Error::InvalidArgument(
-            "the driver freed this graph: its conditional node was destroyed, or a capture into it failed".into(),
+        return Err(Error::invalid(
+            Refusal::Broken,
+            "the driver freed this graph: its conditional node was destroyed, or a capture into it failed",
         ));
     }
     Ok(())

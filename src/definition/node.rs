@@ -3,7 +3,7 @@
 use cudarc::driver::sys;
 
 use crate::driver::graph::{Owner, Owners, Reserved, SharedRef, TreeState};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// A node of one graph: the value the `add_*` methods of [`GraphDefinition`](crate::GraphDefinition)
 /// return, and what they take as dependencies.
@@ -274,8 +274,9 @@ pub(crate) fn check_edge(
 ) -> Result<(sys::CUgraphNode, sys::CUgraphNode)> {
     let (a, b) = (check(tree, graph, from)?, check(tree, graph, to)?);
     if a == b {
-        return Err(Error::InvalidArgument(
-            "an edge from a node to itself would be a cycle".into(),
+        return Err(Error::invalid(
+            Refusal::Order,
+            "an edge from a node to itself would be a cycle",
         ));
     }
     Ok((a, b))
@@ -689,7 +690,7 @@ mod tests {
         let a = fresh1(&mut tree, 1, raw(0x100));
         assert!(matches!(
             check_edge(&tree, 1, &a, &a),
-            Err(Error::InvalidArgument(_))
+            Err(e) if e.refusal() == Some(Refusal::Order)
         ));
     }
 

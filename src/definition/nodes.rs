@@ -14,7 +14,7 @@ use crate::core::callback;
 use crate::core::source::FinishedGraph;
 use crate::driver;
 use crate::driver::graph::{lock_two, Owner, Owners, SharedRef, TreeState};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::runtime::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::HostCallback;
 
@@ -22,7 +22,10 @@ use crate::HostCallback;
 #[cold]
 #[inline(never)]
 fn other_device(what: &str) -> Error {
-    Error::InvalidArgument(format!("the {what} lives on another device than the graph"))
+    Error::invalid(
+        Refusal::OtherDevice,
+        format!("the {what} lives on another device than the graph"),
+    )
 }
 
 /// Drops the owners a forgotten node held, once the tree is unlocked.
@@ -435,11 +438,14 @@ impl GraphDefinition {
         src: &DeviceBuffer<T>,
     ) -> Result<MemcpyNode> {
         if dst.len() != src.len() {
-            return Err(Error::InvalidArgument(format!(
-                "a copy of {} elements into a buffer of {}",
-                src.len(),
-                dst.len()
-            )));
+            return Err(Error::invalid(
+                Refusal::Size,
+                format!(
+                    "a copy of {} elements into a buffer of {}",
+                    src.len(),
+                    dst.len()
+                ),
+            ));
         }
         self.same_device(dst.alloc.ctx.device, "destination buffer")?;
         self.same_device(src.alloc.ctx.device, "source buffer")?;
@@ -605,8 +611,9 @@ impl GraphDefinition {
         let graph = self.handle();
         self.same_device(child.ctx.device, "child graph")?;
         if child.tree_id() == graph.tree_id() {
-            return Err(Error::InvalidArgument(
-                "a graph cannot be embedded into itself: embed a clone (`try_clone()`)".into(),
+            return Err(Error::invalid(
+                Refusal::Order,
+                "a graph cannot be embedded into itself: embed a clone (`try_clone()`)",
             ));
         }
         graph.ctx.bind()?;

@@ -18,7 +18,7 @@ use crate::driver;
 use crate::driver::compat;
 use crate::driver::event::EventHandle;
 use crate::driver::graph::{lock_two, GraphHandle, Owner, Owners, TreeState};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::runtime::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::HostCallback;
 
@@ -124,9 +124,10 @@ impl<K: NodeKind> NodeParams<K> {
     /// Refuses parameters of another device than `graph`'s.
     pub(crate) fn check_device(&self, device: i32) -> Result<()> {
         match self.device {
-            Some(d) if d != device => Err(Error::InvalidArgument(format!(
-                "the new parameters use device {d} but the graph lives on device {device}"
-            ))),
+            Some(d) if d != device => Err(Error::invalid(
+                Refusal::OtherDevice,
+                format!("the new parameters use device {d} but the graph lives on device {device}"),
+            )),
             _ => Ok(()),
         }
     }
@@ -152,8 +153,9 @@ impl NodeParams<node_kind::Kernel> {
         let device = kernel.function().module.ctx.device;
         let handles = crate::runtime::with_refs(&args, device, |refs| {
             if refs.uses_graph_memory() {
-                return Err(Error::InvalidArgument(
-                    "a GraphBuffer cannot go into node parameters (the order of a node that exists is not checked against its allocation): add a new kernel node after the allocation node instead".into(),
+                return Err(Error::invalid(
+                    Refusal::Order,
+                    "a GraphBuffer cannot go into node parameters (the order of a node that exists is not checked against its allocation): add a new kernel node after the allocation node instead",
                 ));
             }
             refs.check_device("kernel's module")
@@ -276,15 +278,19 @@ impl NodeParams<node_kind::Memcpy> {
     /// ```
     pub fn memcpy<T: DeviceCopy>(dst: &DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<Self> {
         if dst.len() != src.len() {
-            return Err(Error::InvalidArgument(format!(
-                "a copy of {} elements into a buffer of {}",
-                src.len(),
-                dst.len()
-            )));
+            return Err(Error::invalid(
+                Refusal::Size,
+                format!(
+                    "a copy of {} elements into a buffer of {}",
+                    src.len(),
+                    dst.len()
+                ),
+            ));
         }
         if dst.alloc.ctx.device != src.alloc.ctx.device {
-            return Err(Error::InvalidArgument(
-                "a copy between buffers of two devices".into(),
+            return Err(Error::invalid(
+                Refusal::OtherDevice,
+                "a copy between buffers of two devices",
             ));
         }
         let mut owners = Owners::new();
@@ -591,8 +597,9 @@ pub(crate) fn lock_with_child<'a>(
         return Ok((graph.lock(), None));
     };
     if child.tree_id() == graph.tree_id() {
-        return Err(Error::InvalidArgument(
-            "a graph cannot be embedded into itself: embed a clone (`try_clone()`)".into(),
+        return Err(Error::invalid(
+            Refusal::Order,
+            "a graph cannot be embedded into itself: embed a clone (`try_clone()`)",
         ));
     }
     let (tree, mut child_tree) = lock_two(graph, child);

@@ -6,7 +6,7 @@ use super::node::{self, GraphNode, NodeType};
 use super::GraphDefinition;
 use crate::driver;
 use crate::driver::graph::TreeState;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// A list the driver fills: asks for the count, then the entries (the tree is locked, so the
 /// count does not change in between).
@@ -208,8 +208,9 @@ impl GraphDefinition {
         {
             // Destroying a conditional node frees its bodies, which a capture may record into
             // (a body builder still capturing, or leaked with `mem::forget`).
-            return Err(Error::InvalidArgument(
-                "a stream capture records into this graph's tree (a conditional body builder is capturing): end it before destroying a conditional node".into(),
+            return Err(Error::invalid(
+                Refusal::Capture,
+                "a stream capture records into this graph's tree (a conditional body builder is capturing): end it before destroying a conditional node",
             ));
         }
         // SAFETY: `raw` is a live node of the locked graph; its token is forgotten right after,
@@ -228,7 +229,7 @@ impl GraphDefinition {
 /// (`cuGraphAddMemAllocNode`'s restrictions); refused here rather than left to the driver.
 fn refuse_if_memory_nodes(tree: &TreeState, graph: u64, what: &str) -> Result<()> {
     if tree.memory_graphs.contains(&graph) {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::invalid(Refusal::Unsupported, format!(
             "this graph holds memory allocation nodes, and CUDA forbids deleting nodes or edges of such a graph: it cannot have {what}; build it again without the part to remove"
         )));
     }

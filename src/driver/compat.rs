@@ -234,8 +234,9 @@ pub(crate) unsafe fn func_param_info(
     _func: sys::CUfunction,
     _index: usize,
 ) -> crate::Result<Option<(usize, usize)>> {
-    Err(crate::Error::InvalidArgument(
-        "reading back kernel arguments needs cuFuncGetParamInfo, which the CUDA 12.3 bindings lack: build with a cuda-12040 or newer feature".into(),
+    Err(crate::Error::invalid(
+        crate::error::Refusal::Unsupported,
+        "reading back kernel arguments needs cuFuncGetParamInfo, which the CUDA 12.3 bindings lack: build with a cuda-12040 or newer feature",
     ))
 }
 
@@ -268,7 +269,8 @@ pub(crate) unsafe fn param_info(
     _func: sys::CUfunction,
     _index: usize,
 ) -> crate::Result<Option<(usize, usize)>> {
-    Err(crate::Error::InvalidArgument(
-        "cuFuncGetParamInfo is not declared in the CUDA 12.3 bindings".into(),
+    Err(crate::Error::invalid(
+        crate::error::Refusal::Unsupported,
+        "cuFuncGetParamInfo is not declared in the CUDA 12.3 bindings",
     ))
 }

@@ -264,10 +264,9 @@ impl PrimaryContext {
             // SAFETY: `lost` was created above and is used by no one.
             unsafe { drv_drop!(cuStreamDestroy_v2(lost)) };
         }
-        self.setup
-            .get()
-            .map(|s| s.0)
-            .ok_or_else(|| crate::error::Error::InvalidArgument("no setup stream".into()))
+        self.setup.get().map(|s| s.0).ok_or_else(|| {
+            crate::error::Error::invalid(crate::error::Refusal::Other, "no setup stream")
+        })
     }
 }
 
@@ -287,8 +286,9 @@ pub(crate) unsafe fn synchronize() -> Result<()> {
 /// of waiting for a lock whose holder waits for the callback.
 pub(crate) fn refuse_in_host_callback() -> Result<()> {
     if super::release::in_host_callback() {
-        return Err(crate::Error::InvalidArgument(
-            "this runs inside a host callback (a driver thread), where CUDA calls are not allowed: do the work before or after the callback, on a stream or as graph nodes".into(),
+        return Err(crate::Error::invalid(
+            crate::error::Refusal::InCallback,
+            "this runs inside a host callback (a driver thread), where CUDA calls are not allowed: do the work before or after the callback, on a stream or as graph nodes",
         ));
     }
     Ok(())

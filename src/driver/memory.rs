@@ -193,8 +193,9 @@ impl DeviceAlloc {
     /// ordered on its own stream only); anything goes for other allocations.
     pub(crate) fn check_stream(&self, stream: sys::CUstream) -> Result<()> {
         match &self.ordered {
-            Some(o) if o.stream.raw != stream => Err(crate::error::Error::InvalidArgument(
-                "a buffer from `Stream::alloc_async` is used on the stream that allocated it (or in captures): its memory is freed in that stream's order; copy it into a `Device::alloc_zeroed` buffer to share it between streams".into(),
+            Some(o) if o.stream.raw != stream => Err(crate::error::Error::invalid(
+                crate::error::Refusal::Order,
+                "a buffer from `Stream::alloc_async` is used on the stream that allocated it (or in captures): its memory is freed in that stream's order; copy it into a `Device::alloc_zeroed` buffer to share it between streams",
             )),
             _ => Ok(()),
         }
@@ -355,8 +356,9 @@ impl PinnedAlloc {
             bytes,
         };
         if ptr.is_null() {
-            return Err(crate::Error::InvalidArgument(
-                "cuMemHostAlloc returned a null pointer".into(),
+            return Err(crate::Error::invalid(
+                crate::error::Refusal::Other,
+                "cuMemHostAlloc returned a null pointer",
             ));
         }
         // SAFETY: the driver returned `bytes` writable bytes at `ptr`, used by nothing else yet.

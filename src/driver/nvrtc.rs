@@ -6,7 +6,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 type Program = *mut c_void;
 type CreateFn = unsafe extern "C" fn(
@@ -158,20 +158,23 @@ impl Nvrtc {
 pub(crate) fn compile_cubin(source: &str, name: &str, options: &[String]) -> Result<Vec<u8>> {
     let n = nvrtc()?;
     let src = CString::new(source)
-        .map_err(|_| Error::InvalidArgument("the CUDA source contains a NUL byte".into()))?;
+        .map_err(|_| Error::invalid(Refusal::Image, "the CUDA source contains a NUL byte"))?;
     let cname = CString::new(name)
-        .map_err(|_| Error::InvalidArgument("the program name contains a NUL byte".into()))?;
+        .map_err(|_| Error::invalid(Refusal::Image, "the program name contains a NUL byte"))?;
     let opts: Vec<CString> = options
         .iter()
         .map(|o| {
             CString::new(o.as_str()).map_err(|_| {
-                Error::InvalidArgument(format!("the NVRTC option {o:?} contains a NUL byte"))
+                Error::invalid(
+                    Refusal::Image,
+                    format!("the NVRTC option {o:?} contains a NUL byte"),
+                )
             })
         })
         .collect::<Result<_>>()?;
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let count = c_int::try_from(opt_ptrs.len())
-        .map_err(|_| Error::InvalidArgument("too many NVRTC options".into()))?;
+        .map_err(|_| Error::invalid(Refusal::Size, "too many NVRTC options"))?;
     let mut raw: Program = std::ptr::null_mut();
     // SAFETY: `src` and `cname` are NUL-terminated and outlive the call; no headers.
     let r = unsafe {

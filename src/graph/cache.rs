@@ -3,7 +3,7 @@
 
 use super::{Graph, InstantiateOptions};
 use crate::core::source::FinishedGraph;
-use crate::error::{Error, Result, UpdateFailure};
+use crate::error::{Error, Refusal, Result, UpdateFailure};
 use crate::runtime::Stream;
 
 /// What [`GraphCache::refresh`] did.
@@ -122,8 +122,9 @@ impl GraphCache {
         self.graph
             .as_ref()
             .ok_or_else(|| {
-                Error::InvalidArgument(
-                    "the cache holds no exec yet: call `refresh` with a graph first".into(),
+                Error::invalid(
+                    Refusal::Other,
+                    "the cache holds no exec yet: call `refresh` with a graph first",
                 )
             })?
             .launch(stream)

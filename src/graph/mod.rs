@@ -9,7 +9,7 @@ use cudarc::driver::sys;
 use crate::core::source::FinishedGraph;
 use crate::driver::graph::{ExecHandle, GraphHandle, IdMap, KeepChunk, NodeOwnersIndex, Owners};
 use crate::driver::{self, compat, DriverVersion};
-use crate::error::{Error, InstantiateFailure, Result, UpdateFailure};
+use crate::error::{Error, InstantiateFailure, Refusal, Result, UpdateFailure};
 use crate::runtime::{KernelArg, KernelArgs, Stream};
 
 mod cache;
@@ -383,8 +383,9 @@ impl ExecState {
     /// Refuses an update of an exec that device code may be launching.
     pub(crate) fn check_not_device_launched(&self) -> Result<()> {
         if self.device_keep.is_some() {
-            return Err(Error::InvalidArgument(
-                "this exec handed out a device handle (Graph::device_handle): device code may be launching it, so it cannot be updated; instantiate a new exec instead".into(),
+            return Err(Error::invalid(
+                Refusal::Unsupported,
+                "this exec handed out a device handle (Graph::device_handle): device code may be launching it, so it cannot be updated; instantiate a new exec instead",
             ));
         }
         Ok(())
@@ -725,8 +726,9 @@ impl Graph {
         }
         r?;
         if exec.is_null() {
-            return Err(Error::InvalidArgument(
-                "instantiation returned no exec".into(),
+            return Err(Error::invalid(
+                Refusal::Other,
+                "instantiation returned no exec",
             ));
         }
         Ok(Graph {
@@ -844,8 +846,9 @@ impl Graph {
         driver::context::refuse_in_host_callback()?;
         let mut state = lock(&self.state);
         if !state.device_launch {
-            return Err(Error::InvalidArgument(
-                "this exec was not instantiated for device launch: instantiate it with InstantiateOptions::new().device_launch(true)".into(),
+            return Err(Error::invalid(
+                Refusal::Unsupported,
+                "this exec was not instantiated for device launch: instantiate it with InstantiateOptions::new().device_launch(true)",
             ));
         }
         let keep = match &state.device_keep {
@@ -919,7 +922,7 @@ impl Graph {
         driver::context::refuse_in_host_callback()?;
         let graph = source.finished_graph()?;
         if graph.ctx.device != self.exec.ctx.device {
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(Refusal::OtherDevice, format!(
                 "this exec belongs to device {} and the update's source graph to device {}: an exec can only take the parameters of a graph of its own device (instantiate the source instead)",
                 self.exec.ctx.device, graph.ctx.device
             )));
@@ -1047,7 +1050,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn check_same_device(device: sys::CUdevice, stream: &Stream, what: &str) -> Result<()> {
     let theirs = stream.handle.ctx.device;
     if theirs != device {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::invalid(Refusal::OtherDevice, format!(
             "this exec belongs to device {device} and cannot be {what} on a stream of device {theirs}: use a stream of the exec's device"
         )));
     }
@@ -1055,7 +1058,7 @@ fn check_same_device(device: sys::CUdevice, stream: &Stream, what: &str) -> Resu
 }
 
 fn launch_in_capture(what: &str) -> Error {
-    Error::InvalidArgument(format!(
+    Error::invalid(Refusal::Capture, format!(
         "an executable graph cannot be {what} into a stream capture: embed the graph into the capture instead (`builder.add_child_graph(&ended_builder)` or a definition's `add_child_graph`)"
     ))
 }

@@ -106,13 +106,16 @@ fn same_context(device: &Device, ctx: &CudaContext, what: &str) -> Result<()> {
     } else {
         "a non-primary context"
     };
-    Err(Error::InvalidArgument(format!(
-        "the cudarc {what} belongs to {kind} of device {}, not to the primary context of device {} \
-         that this crate uses (make it with `CudaContext::new({})`)",
-        ctx.ordinal(),
-        device.ordinal(),
-        device.ordinal()
-    )))
+    Err(Error::invalid(
+        crate::error::Refusal::OtherDevice,
+        format!(
+            "the cudarc {what} belongs to {kind} of device {}, not to the primary context of device {} \
+             that this crate uses (make it with `CudaContext::new({})`)",
+            ctx.ordinal(),
+            device.ordinal(),
+            device.ordinal()
+        ),
+    ))
 }
 
 impl Device {
@@ -162,8 +165,9 @@ impl Stream {
     pub unsafe fn from_cudarc(device: &Device, stream: &Arc<CudaStream>) -> Result<Stream> {
         same_context(device, stream.context(), "stream")?;
         if stream.cu_stream() as usize == 2 {
-            return Err(Error::InvalidArgument(
-                "cudarc's per-thread default stream names a different stream on each thread, and a `Stream` is used from other threads (its clones, builders, graphs launched on it): use a stream of its own (`ctx.new_stream()`) or the legacy default stream".into(),
+            return Err(Error::invalid(
+                crate::error::Refusal::Unsupported,
+                "cudarc's per-thread default stream names a different stream on each thread, and a `Stream` is used from other threads (its clones, builders, graphs launched on it): use a stream of its own (`ctx.new_stream()`) or the legacy default stream",
             ));
         }
         // SAFETY: `cu_stream` is a stream of the cudarc context, which is `device`'s primary
@@ -223,7 +227,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             .checked_mul(std::mem::size_of::<T>() as u64)
             .and_then(|o| base.checked_add(o))
             .ok_or_else(|| {
-                Error::InvalidArgument("the range overflows the address space".into())
+                Error::invalid(
+                    crate::error::Refusal::Size,
+                    "the range overflows the address space",
+                )
             })?;
         // SAFETY: elements `start..end` of the slice lie in its allocation, in `device`'s primary
         // context (checked above); the slice, held as the owner, keeps it allocated until the
@@ -244,8 +251,9 @@ fn base_ptr<T>(device: &Device, slice: &CudaSlice<T>) -> Result<u64> {
     if stream.cu_stream() as usize == 2 {
         // `CU_STREAM_PER_THREAD`: the wait below would wait for this thread's stream, not for
         // the one of the thread that allocated the slice.
-        return Err(Error::InvalidArgument(
-            "the cudarc slice was allocated on the per-thread default stream, which names a different stream on each thread, so the allocation cannot be waited for here: allocate it on a stream of its own (`ctx.new_stream()`) or the legacy default stream".into(),
+        return Err(Error::invalid(
+            crate::error::Refusal::Unsupported,
+            "the cudarc slice was allocated on the per-thread default stream, which names a different stream on each thread, so the allocation cannot be waited for here: allocate it on a stream of its own (`ctx.new_stream()`) or the legacy default stream",
         ));
     }
     device.ctx.bind()?;
@@ -253,8 +261,9 @@ fn base_ptr<T>(device: &Device, slice: &CudaSlice<T>) -> Result<u64> {
     // `device`'s primary context (checked by the caller), now current.
     let status = unsafe { driver::stream::capture_status_of(stream.cu_stream()) }?;
     if status != CaptureStatus::None {
-        return Err(Error::InvalidArgument(
-            "the cudarc slice's own stream is capturing: convert the slice before the capture begins, or allocate it on another stream".into(),
+        return Err(Error::invalid(
+            crate::error::Refusal::Capture,
+            "the cudarc slice's own stream is capturing: convert the slice before the capture begins, or allocate it on another stream",
         ));
     }
     let (ptr, _recorded_on_drop) = slice.device_ptr(stream);
@@ -339,7 +348,10 @@ mod tests {
         assert_eq!(bounds(&(2..=9), 10).unwrap(), (2, 10));
         assert_eq!(bounds(&(7..), 10).unwrap(), (7, 10));
         for bad in [bounds(&(5..5), 10), bounds(&(0..11), 10), bounds(&(..), 0)] {
-            assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
+            assert!(
+                matches!(&bad, Err(e) if e.refusal() == Some(crate::Refusal::Size)),
+                "{bad:?}"
+            );
         }
         assert!(bounds(&(3..=usize::MAX), 10).is_err());
         let excluded_start = (Bound::Excluded(usize::MAX), Bound::Unbounded);

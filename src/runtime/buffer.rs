@@ -4,7 +4,7 @@ use std::sync::Arc;
 use super::Device;
 use crate::driver;
 use crate::driver::memory::DeviceAlloc;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// Plain data that can be copied to and from the device byte for byte: the element type of a
 /// [`DeviceBuffer`], and a kernel argument passed by value ([`KernelArgs::push_value`]).
@@ -145,11 +145,14 @@ pub(crate) fn bounds(
     };
     match (start, end) {
         (Some(s), Some(e)) if s < e && e <= len => Ok((s, e)),
-        _ => Err(Error::InvalidArgument(format!(
-            "the range {:?}..{:?} is empty or out of the {len} elements",
-            range.start_bound(),
-            range.end_bound()
-        ))),
+        _ => Err(Error::invalid(
+            Refusal::Size,
+            format!(
+                "the range {:?}..{:?} is empty or out of the {len} elements",
+                range.start_bound(),
+                range.end_bound()
+            ),
+        )),
     }
 }
 
@@ -158,32 +161,37 @@ pub(crate) fn raw_byte_len<T>(ptr: u64, len: usize) -> Result<usize> {
     let align = std::mem::align_of::<T>() as u64;
     let what = std::any::type_name::<T>();
     if size == 0 {
-        return Err(Error::InvalidArgument(format!(
-            "a device buffer of the zero-sized type {what}"
-        )));
+        return Err(Error::invalid(
+            Refusal::Size,
+            format!("a device buffer of the zero-sized type {what}"),
+        ));
     }
     if len == 0 {
-        return Err(Error::InvalidArgument(
-            "a device buffer of 0 elements".into(),
+        return Err(Error::invalid(
+            Refusal::Size,
+            "a device buffer of 0 elements",
         ));
     }
     if ptr == 0 {
-        return Err(Error::InvalidArgument(
-            "a device buffer at the null address".into(),
+        return Err(Error::invalid(
+            Refusal::Size,
+            "a device buffer at the null address",
         ));
     }
     if !ptr.is_multiple_of(align) {
-        return Err(Error::InvalidArgument(format!(
-            "device address {ptr:#x} is not aligned for {what} (alignment {align})"
-        )));
+        return Err(Error::invalid(
+            Refusal::Size,
+            format!("device address {ptr:#x} is not aligned for {what} (alignment {align})"),
+        ));
     }
     let bytes = len
         .checked_mul(size)
         .filter(|&b| ptr.checked_add(b as u64).is_some())
         .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{len} elements of {what} at {ptr:#x} overflow the address space"
-            ))
+            Error::invalid(
+                Refusal::Size,
+                format!("{len} elements of {what} at {ptr:#x} overflow the address space"),
+            )
         })?;
     Ok(bytes)
 }
@@ -287,7 +295,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             .zip((end - start).checked_mul(size))
             .and_then(|(offset, bytes)| DeviceAlloc::part(&self.alloc, offset, bytes))
             .ok_or_else(|| {
-                Error::InvalidArgument("the slice does not fit the buffer's allocation".into())
+                Error::invalid(
+                    Refusal::Size,
+                    "the slice does not fit the buffer's allocation",
+                )
             })?;
         Ok(DeviceBuffer::new(part, end - start))
     }
@@ -415,11 +426,14 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// ```
     pub fn copy_from(&self, data: &[T]) -> Result<()> {
         if data.len() != self.len {
-            return Err(Error::InvalidArgument(format!(
-                "copy of {} elements into a buffer of {}",
-                data.len(),
-                self.len
-            )));
+            return Err(Error::invalid(
+                Refusal::Size,
+                format!(
+                    "copy of {} elements into a buffer of {}",
+                    data.len(),
+                    self.len
+                ),
+            ));
         }
         // SAFETY: `data` holds exactly `bytes` readable bytes, borrowed for the whole call.
         unsafe { driver::memory::htod_on_setup(&self.alloc, data.as_ptr().cast()) }
@@ -477,7 +491,9 @@ mod tests {
         assert_eq!(raw_byte_len::<f32>(0x1000, 256).unwrap(), 1024);
         assert_eq!(raw_byte_len::<u8>(0x1001, 3).unwrap(), 3);
         let refused = |r: Result<usize>, what: &str| match r {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains(what), "{m}"),
+            Err(Error::InvalidArgument(m)) if m.kind() == Refusal::Size => {
+                assert!(m.contains(what), "{m}")
+            }
             other => panic!("expected a refusal mentioning {what:?}, got {other:?}"),
         };
         refused(raw_byte_len::<f32>(0x1000, 0), "0 elements");

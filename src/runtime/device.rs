@@ -9,7 +9,7 @@ use crate::driver::event::EventHandle;
 use crate::driver::memory::DeviceAlloc;
 use crate::driver::module::ModuleHandle;
 use crate::driver::stream::StreamHandle;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// A CUDA device and its retained primary context.
 ///
@@ -275,9 +275,12 @@ impl Device {
     /// ```
     pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
         if let Some(at) = ptx.find('\0') {
-            return Err(Error::InvalidArgument(format!(
-                "the PTX text holds a NUL at offset {at}: the driver would stop reading there"
-            )));
+            return Err(Error::invalid(
+                Refusal::Image,
+                format!(
+                    "the PTX text holds a NUL at offset {at}: the driver would stop reading there"
+                ),
+            ));
         }
         super::image::check_ptx_text(ptx.as_bytes())?;
         // SAFETY: the image is PTX text (checked above), which the driver compiles and whose

@@ -5,7 +5,7 @@ use cudarc::driver::sys;
 use crate::driver;
 use crate::driver::event::EventHandle;
 use crate::driver::event::{BLOCKING_SYNC, DISABLE_TIMING};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// How an event is made ([`Device::create_event_with`](crate::Device::create_event_with)):
 /// timing off and spinning waits by default, as [`Device::create_event`](crate::Device::create_event).
@@ -180,14 +180,15 @@ impl Event {
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
         for (which, e) in [("start", self), ("end", end)] {
             if !e.options().has_timing() {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(Refusal::Unsupported, format!(
                     "elapsed_ms: the {which} event was made without timing (use EventOptions::default().timing(true))"
                 )));
             }
         }
         if self.handle.ctx.device != end.handle.ctx.device {
-            return Err(Error::InvalidArgument(
-                "elapsed_ms: the events belong to different devices".into(),
+            return Err(Error::invalid(
+                Refusal::OtherDevice,
+                "elapsed_ms: the events belong to different devices",
             ));
         }
         self.handle.ctx.bind()?;

@@ -4,7 +4,7 @@
 //! or fatbin declares is checked against the bytes the caller gave; anything else must be PTX
 //! text, which the driver reads up to a NUL.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
@@ -55,31 +55,40 @@ pub(crate) fn prepare_image(image: &[u8]) -> Result<Vec<u64>> {
 /// first NUL; the copy's trailing NUL ends it). Host-side fatbin wrappers are refused.
 fn validate(image: &[u8]) -> Result<()> {
     if image.is_empty() {
-        return Err(Error::InvalidArgument("the module image is empty".into()));
+        return Err(Error::invalid(Refusal::Image, "the module image is empty"));
     }
     if image.starts_with(&ELF_MAGIC) {
-        check_elf(image, "image")
-            .map_err(|m| Error::InvalidArgument(format!("the module image is a corrupt ELF: {m}")))
+        check_elf(image, "image").map_err(|m| {
+            Error::invalid(
+                Refusal::Image,
+                format!("the module image is a corrupt ELF: {m}"),
+            )
+        })
     } else if read_u32(image, 0) == Some(FATBIN_MAGIC) {
         check_fatbins(image).map_err(|m| {
-            Error::InvalidArgument(format!("the module image is a corrupt fatbin: {m}"))
+            Error::invalid(
+                Refusal::Image,
+                format!("the module image is a corrupt fatbin: {m}"),
+            )
         })
     } else if let Some(magic) = read_u32(image, 0).filter(|m| WRAPPER_MAGICS.contains(m)) {
-        Err(Error::InvalidArgument(format!(
+        Err(Error::invalid(Refusal::Image, format!(
             "the module image is a host-side fatbin wrapper (magic {magic:#010x}), which points at              memory elsewhere: pass the fatbin itself (magic 0xBA55ED50)"
         )))
     } else {
         check_ptx(image).map_err(|m| {
-            Error::InvalidArgument(format!(
-                "the module image is neither an ELF cubin, a fatbin nor PTX text: {m}"
-            ))
+            Error::invalid(
+                Refusal::Image,
+                format!("the module image is neither an ELF cubin, a fatbin nor PTX text: {m}"),
+            )
         })
     }
 }
 
 /// [`check_ptx`] as the crate's error, for PTX text handed in as such (`Device::load_ptx`).
 pub(crate) fn check_ptx_text(text: &[u8]) -> Result<()> {
-    check_ptx(text).map_err(|m| Error::InvalidArgument(format!("the PTX text is not text: {m}")))
+    check_ptx(text)
+        .map_err(|m| Error::invalid(Refusal::Image, format!("the PTX text is not text: {m}")))
 }
 
 /// PTX is text: up to its first NUL (where the driver stops reading), UTF-8 with no control

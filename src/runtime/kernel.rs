@@ -10,7 +10,7 @@ use super::{DeviceBuffer, DeviceCopy, Function, KernelArg, KernelArgs, Module};
 use crate::driver;
 use crate::driver::graph::Owner;
 use crate::driver::memory::DeviceAlloc;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// The traits that keep [`Signature`], [`KernelParam`], [`ArgFor`] and [`ArgsFor`] closed: the
 /// safety of a typed launch rests on every argument being one this crate knows how to pass.
@@ -621,16 +621,19 @@ impl<'a> ArgRefs<'a> {
             return Ok(());
         }
         match target {
-            None if !self.memory.is_empty() => Err(Error::InvalidArgument(
-                "a GraphBuffer exists only while its graph runs: use it in kernels captured into, or added to, the graph that allocates it (after the allocation), not on a plain stream".into(),
+            None if !self.memory.is_empty() => Err(Error::invalid(
+                Refusal::Capture,
+                "a GraphBuffer exists only while its graph runs: use it in kernels captured into, or added to, the graph that allocates it (after the allocation), not on a plain stream",
             )),
             None if self.needs_graph || !self.handles.is_empty() => {
-                Err(Error::InvalidArgument(
-                    "a kernel that takes a conditional handle or a device graph runs only inside a graph: record it into a capture or add it to a definition".into(),
+                Err(Error::invalid(
+                    Refusal::Capture,
+                    "a kernel that takes a conditional handle or a device graph runs only inside a graph: record it into a capture or add it to a definition",
                 ))
             }
-            Some(g) if self.memory.iter().any(|m| m.graph != g.id) => Err(Error::InvalidArgument(
-                "a GraphBuffer is used in another graph than the one that allocates it (a conditional body or child graph included): graph memory exists only inside its own graph".into(),
+            Some(g) if self.memory.iter().any(|m| m.graph != g.id) => Err(Error::invalid(
+                Refusal::ForeignGraph,
+                "a GraphBuffer is used in another graph than the one that allocates it (a conditional body or child graph included): graph memory exists only inside its own graph",
             )),
             Some(g) if self.handles.iter().any(|&h| !g.any_in_chain(|id| id == h)) => {
                 Err(Error::ForeignConditionalHandle)
@@ -661,9 +664,12 @@ impl<'a> ArgRefs<'a> {
     #[cold]
     #[inline(never)]
     fn elsewhere(theirs: i32, kind: &str, what: &str, device: i32) -> Error {
-        Error::InvalidArgument(format!(
-            "a kernel argument is {kind} of device {theirs}, but the {what} is on device {device}"
-        ))
+        Error::invalid(
+            Refusal::OtherDevice,
+            format!(
+                "a kernel argument is {kind} of device {theirs}, but the {what} is on device {device}"
+            ),
+        )
     }
 
     /// The `void**` the driver takes: null without parameters.
@@ -777,12 +783,12 @@ fn check_signature(function: &Function, sizes: &[usize], declared: &str) -> Resu
         match unsafe { driver::compat::param_info(function.raw, i) } {
             Ok(Some((_, actual))) if actual == size => {}
             Ok(Some((_, actual))) => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(Refusal::Declaration, format!(
                     "kernel `{name}`: parameter {i} is {actual} bytes, but the declared signature `{declared}` makes it {size}"
                 )))
             }
             Ok(None) => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid(Refusal::Declaration, format!(
                     "kernel `{name}` takes {i} parameter(s), but the declared signature `{declared}` has {}",
                     sizes.len()
                 )))
@@ -794,10 +800,13 @@ fn check_signature(function: &Function, sizes: &[usize], declared: &str) -> Resu
     }
     // SAFETY: as above.
     match unsafe { driver::compat::param_info(function.raw, sizes.len()) } {
-        Ok(Some(_)) => Err(Error::InvalidArgument(format!(
-            "kernel `{name}` takes more parameters than the declared signature `{declared}` ({})",
-            sizes.len()
-        ))),
+        Ok(Some(_)) => Err(Error::invalid(
+            Refusal::Declaration,
+            format!(
+                "kernel `{name}` takes more parameters than the declared signature `{declared}` ({})",
+                sizes.len()
+            ),
+        )),
         _ => Ok(()),
     }
 }

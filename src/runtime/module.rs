@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use crate::driver;
 use crate::driver::module::ModuleHandle;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// A loaded module of device code (cubin, fatbin or PTX). Clones share it. `Send + Sync`.
 #[derive(Clone)]
@@ -81,8 +81,12 @@ impl Module {
     /// # Ok(()) }
     /// ```
     pub fn function(&self, name: &str) -> Result<Function> {
-        let cname = CString::new(name)
-            .map_err(|_| Error::InvalidArgument(format!("kernel name {name:?} contains a NUL")))?;
+        let cname = CString::new(name).map_err(|_| {
+            Error::invalid(
+                Refusal::Other,
+                format!("kernel name {name:?} contains a NUL"),
+            )
+        })?;
         self.handle.ctx.bind()?;
         // SAFETY: the module is live (a module this crate loaded: `Module` is made only by
         // loading one) and its context current; `cname` is NUL-terminated.

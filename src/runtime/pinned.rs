@@ -8,7 +8,7 @@ use crate::driver;
 use crate::driver::event::EventHandle;
 use crate::driver::memory::PinnedAlloc;
 use crate::driver::stream::StreamHandle;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// A typed buffer of page-locked (pinned) host memory (`cuMemHostAlloc`), zeroed when made:
 /// the host side of asynchronous copies ([`Stream::memcpy_htod_async`](crate::Stream::memcpy_htod_async),
@@ -74,15 +74,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The size in bytes of `len` elements of `T`: zero and overflowing sizes are errors.
 pub(crate) fn byte_size<T>(len: usize, what: &str) -> Result<usize> {
     if len == 0 || std::mem::size_of::<T>() == 0 {
-        return Err(Error::InvalidArgument(format!(
-            "cannot allocate a zero-sized {what}"
-        )));
+        return Err(Error::invalid(
+            Refusal::Size,
+            format!("cannot allocate a zero-sized {what}"),
+        ));
     }
     len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "{len} elements of {} bytes overflow the address space",
-            std::mem::size_of::<T>()
-        ))
+        Error::invalid(
+            Refusal::Size,
+            format!(
+                "{len} elements of {} bytes overflow the address space",
+                std::mem::size_of::<T>()
+            ),
+        )
     })
 }
 
@@ -91,10 +95,13 @@ pub(crate) fn byte_size<T>(len: usize, what: &str) -> Result<usize> {
 pub(crate) fn device_byte_size<T>(len: usize) -> Result<usize> {
     let align = std::mem::align_of::<T>();
     if align > 256 {
-        return Err(Error::InvalidArgument(format!(
-            "`{}` is aligned to {align} bytes; device allocations are aligned to 256",
-            std::any::type_name::<T>()
-        )));
+        return Err(Error::invalid(
+            Refusal::Size,
+            format!(
+                "`{}` is aligned to {align} bytes; device allocations are aligned to 256",
+                std::any::type_name::<T>()
+            ),
+        ));
     }
     byte_size::<T>(len, "device buffer")
 }
@@ -107,7 +114,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         if !(alloc.ptr as usize).is_multiple_of(align) {
             // The driver aligns to pages; a slice of a type aligned more strictly would not be.
             // (`alloc` is freed on return.)
-            return Err(Error::InvalidArgument(format!(
+            return Err(Error::invalid(Refusal::Size, format!(
                 "`{}` is aligned to {align} bytes, more than the driver aligned this pinned buffer to",
                 std::any::type_name::<T>()
             )));
@@ -216,8 +223,9 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
 
 fn wait(copies: &mut Copies) -> Result<()> {
     if copies.untracked {
-        return Err(Error::InvalidArgument(
-            "a copy with this pinned buffer could not be tracked, so host access is refused".into(),
+        return Err(Error::invalid(
+            Refusal::Other,
+            "a copy with this pinned buffer could not be tracked, so host access is refused",
         ));
     }
     while let Some((_, event)) = copies.pending.last() {
@@ -257,22 +265,22 @@ mod tests {
     fn zero_and_overflowing_sizes_are_errors() {
         assert!(matches!(
             byte_size::<i32>(0, "x"),
-            Err(Error::InvalidArgument(_))
+            Err(e) if e.refusal() == Some(Refusal::Size)
         ));
         assert!(matches!(
             byte_size::<()>(5, "x"),
-            Err(Error::InvalidArgument(_))
+            Err(e) if e.refusal() == Some(Refusal::Size)
         ));
         assert!(matches!(
             byte_size::<u64>(usize::MAX / 4, "x"),
-            Err(Error::InvalidArgument(_))
+            Err(e) if e.refusal() == Some(Refusal::Size)
         ));
         assert_eq!(byte_size::<u16>(3, "x").unwrap(), 6);
         #[repr(C, align(512))]
         struct Wide([u8; 512]);
         assert!(matches!(
             device_byte_size::<Wide>(1),
-            Err(Error::InvalidArgument(_))
+            Err(e) if e.refusal() == Some(Refusal::Size)
         ));
         assert_eq!(device_byte_size::<[u8; 256]>(2).unwrap(), 512);
         assert_eq!(byte_size::<u8>(usize::MAX, "x").unwrap(), usize::MAX);
@@ -283,6 +291,9 @@ mod tests {
         let mut copies = Copies::default();
         assert!(wait(&mut copies).is_ok());
         copies.untracked = true;
-        assert!(matches!(wait(&mut copies), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            wait(&mut copies),
+            Err(e) if e.refusal() == Some(Refusal::Other)
+        ));
     }
 }

@@ -9,7 +9,7 @@ use crate::driver::event::EventHandle;
 use crate::driver::graph::{lock_two, GraphHandle, TreeState};
 use crate::driver::memory::DeviceAlloc;
 use crate::driver::stream::{CaptureLink, CaptureStatus, StreamHandle};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::Device;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -96,8 +96,9 @@ pub(crate) struct OwnCapture<'a> {
 
 /// The error for work on a capture whose graph the driver freed.
 fn dead_capture() -> Error {
-    Error::InvalidArgument(
-        "the graph this stream's capture records into was freed by the driver (a capture of its tree failed): nothing more can be recorded; end or drop the capture".into(),
+    Error::invalid(
+        Refusal::Broken,
+        "the graph this stream's capture records into was freed by the driver (a capture of its tree failed): nothing more can be recorded; end or drop the capture",
     )
 }
 
@@ -287,8 +288,9 @@ impl Stream {
                     let mut tree = graph.lock();
                     if tree.captures().contains_key(&link.id) {
                         if tree.is_dead(graph) {
-                            return Err(Error::InvalidArgument(
-                                "the event was recorded into a capture whose graph the driver freed (a capture of its tree failed): waiting on it would join that capture".into(),
+                            return Err(Error::invalid(
+                                Refusal::Broken,
+                                "the event was recorded into a capture whose graph the driver freed (a capture of its tree failed): waiting on it would join that capture",
                             ));
                         }
                         // The driver makes this stream part of the capture: so does the slot.
@@ -395,8 +397,9 @@ impl Stream {
         if self.handle.is_borrowed() && self.handle.raw_capture_status()? != CaptureStatus::None {
             // A capture this crate did not begin (cudarc's `begin_capture`, raw calls): the work
             // would be recorded into a graph that holds none of its operands.
-            return Err(Error::InvalidArgument(
-                "a capture begun outside this crate is recording on this stream: end it first, or capture with this crate (`create_graph_builder`)".into(),
+            return Err(Error::invalid(
+                Refusal::Capture,
+                "a capture begun outside this crate is recording on this stream: end it first, or capture with this crate (`create_graph_builder`)",
             ));
         }
         let mut rec = Recording {
@@ -441,11 +444,14 @@ impl Stream {
         let function = kernel.function();
         let device = self.handle.ctx.device;
         if function.device != device {
-            return Err(Error::InvalidArgument(format!(
-                "kernel `{}` is loaded on device {}, but the stream is on device {device}",
-                function.name(),
-                function.device
-            )));
+            return Err(Error::invalid(
+                Refusal::OtherDevice,
+                format!(
+                    "kernel `{}` is loaded on device {}, but the stream is on device {device}",
+                    function.name(),
+                    function.device
+                ),
+            ));
         }
         super::with_refs(&args, device, |refs| {
             refs.check_device("stream")?;
@@ -486,8 +492,9 @@ impl Stream {
             refs.check_target(rec.capture.map(|(graph, _)| &**graph))?;
             let (Some(graph), Some(tree)) = (rec.graph_id(), rec.tree.as_deref_mut()) else {
                 // `check_target` refused a stream outside a capture.
-                return Err(Error::InvalidArgument(
-                    "a GraphBuffer is used outside a capture".into(),
+                return Err(Error::invalid(
+                    Refusal::Capture,
+                    "a GraphBuffer is used outside a capture",
                 ));
             };
             let stream = self.raw();
@@ -517,7 +524,7 @@ impl Stream {
                 // not be checked against it.
                 other => {
                     tree.break_with(|| format!("a captured launch using graph memory left the capture with {} dependencies instead of its node, so its free cannot be checked", other.len()));
-                    Err(Error::InvalidArgument("after a captured launch using a GraphBuffer the capture does not end in its node".into()))
+                    Err(Error::invalid(Refusal::Order, "after a captured launch using a GraphBuffer the capture does not end in its node"))
                 }
             }
         })
@@ -836,8 +843,9 @@ impl Stream {
         let bytes = super::pinned::device_byte_size::<T>(len)?;
         self.enqueue(|rec| {
             if rec.capturing() {
-                return Err(Error::InvalidArgument(
-                    "Stream::alloc_async on a capturing stream: the memory would exist only while the graph runs; use the builder's alloc_async (a GraphAllocation) instead".into(),
+                return Err(Error::invalid(
+                    Refusal::Capture,
+                    "Stream::alloc_async on a capturing stream: the memory would exist only while the graph runs; use the builder's alloc_async (a GraphAllocation) instead",
                 ));
             }
             Ok(DeviceBuffer::new(
@@ -877,8 +885,9 @@ impl Stream {
         let own = ordered.stream.clone();
         self.enqueue(|rec| {
             if rec.capturing() {
-                return Err(Error::InvalidArgument(
-                    "Stream::free_async on a capturing stream: a DeviceBuffer is not graph memory; free a GraphAllocation with the builder's free_async".into(),
+                return Err(Error::invalid(
+                    Refusal::Capture,
+                    "Stream::free_async on a capturing stream: a DeviceBuffer is not graph memory; free a GraphAllocation with the builder's free_async",
                 ));
             }
             // Make the buffer's own stream wait for this one, if it can without blocking or
@@ -1007,8 +1016,9 @@ impl Stream {
         if !Arc::ptr_eq(&buf.alloc.ctx, &self.handle.ctx)
             && buf.alloc.ctx.device != self.handle.ctx.device
         {
-            return Err(Error::InvalidArgument(
-                "the buffer lives on another device than the stream".into(),
+            return Err(Error::invalid(
+                Refusal::OtherDevice,
+                "the buffer lives on another device than the stream",
             ));
         }
         Ok(())
@@ -1050,10 +1060,13 @@ impl Stream {
     pub fn memset_d32<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>, value: u32) -> Result<()> {
         self.same_context(buf)?;
         if !buf.byte_len().is_multiple_of(4) {
-            return Err(Error::InvalidArgument(format!(
-                "memset_d32 of a {}-byte buffer: the size must be a multiple of 4",
-                buf.byte_len()
-            )));
+            return Err(Error::invalid(
+                Refusal::Size,
+                format!(
+                    "memset_d32 of a {}-byte buffer: the size must be a multiple of 4",
+                    buf.byte_len()
+                ),
+            ));
         }
         self.enqueue(|rec| {
             rec.keep(&buf.alloc);
@@ -1088,11 +1101,10 @@ impl Stream {
         self.same_context(dst)?;
         self.same_context(src)?;
         if dst.len() != src.len() {
-            return Err(Error::InvalidArgument(format!(
-                "memcpy_dtod from {} elements into {}",
-                src.len(),
-                dst.len()
-            )));
+            return Err(Error::invalid(
+                Refusal::Size,
+                format!("memcpy_dtod from {} elements into {}", src.len(), dst.len()),
+            ));
         }
         self.enqueue(|rec| {
             rec.keep(&dst.alloc);
@@ -1132,16 +1144,20 @@ impl Stream {
     pub fn memcpy_htod<T: DeviceCopy>(&self, dst: &DeviceBuffer<T>, data: &[T]) -> Result<()> {
         self.same_context(dst)?;
         if data.len() != dst.len() {
-            return Err(Error::InvalidArgument(format!(
-                "memcpy_htod of {} elements into a buffer of {}",
-                data.len(),
-                dst.len()
-            )));
+            return Err(Error::invalid(
+                Refusal::Size,
+                format!(
+                    "memcpy_htod of {} elements into a buffer of {}",
+                    data.len(),
+                    dst.len()
+                ),
+            ));
         }
         self.enqueue(|rec| {
             if rec.capturing() {
-                return Err(Error::InvalidArgument(
-                    "memcpy_htod cannot be captured (the graph would read host memory it does not own); copy before capturing, or capture a device-to-device copy".into(),
+                return Err(Error::invalid(
+                    Refusal::Capture,
+                    "memcpy_htod cannot be captured (the graph would read host memory it does not own); copy before capturing, or capture a device-to-device copy",
                 ));
             }
             self.after_allocation(rec, dst)?;
@@ -1164,15 +1180,16 @@ impl Stream {
 
 fn check_lens(what: &str, src: usize, dst: usize) -> Result<()> {
     if src != dst {
-        return Err(Error::InvalidArgument(format!(
-            "{what} from {src} elements into {dst}"
-        )));
+        return Err(Error::invalid(
+            Refusal::Size,
+            format!("{what} from {src} elements into {dst}"),
+        ));
     }
     Ok(())
 }
 
 fn pinned_in_capture(what: &str) -> Error {
-    Error::InvalidArgument(format!(
+    Error::invalid(Refusal::Capture, format!(
         "{what} cannot be captured: a graph launch would use the pinned host memory at times the buffer cannot track; copy outside the capture (before or after launching the graph), or capture device-to-device copies"
     ))
 }

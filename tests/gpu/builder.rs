@@ -1,6 +1,7 @@
 //! The typestate builder: capture, end, complete, launch, update, DOT, faults, threads.
 
 use cuda_graph::prelude::*;
+use cuda_graph::Refusal;
 
 use crate::args;
 use crate::support::{one, Gpu, Needs, TestResult};
@@ -113,7 +114,7 @@ fn captured_memset_and_memcpy(gpu: &Gpu) -> TestResult {
     // A host-to-device copy cannot be captured: refused, not recorded.
     assert!(matches!(
         builder.stream().memcpy_htod(&a, &[1; 64]),
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Capture)
     ));
     builder.capture_status()?;
     let g = builder.end_building()?.instantiate()?;

@@ -1,6 +1,7 @@
 //! The driver handle and runtime layer.
 
 use cuda_graph::prelude::*;
+use cuda_graph::Refusal;
 
 use crate::args;
 use crate::support::{one, Gpu, Needs, TestResult};
@@ -90,16 +91,16 @@ fn alloc_and_copy_round_trip(gpu: &Gpu) -> TestResult {
     // Mismatched lengths are argument errors, not crashes.
     assert!(matches!(
         s.memcpy_dtod(&z.device().alloc_zeroed::<i32>(3)?, &a),
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Size)
     ));
     assert!(matches!(
         a.copy_from(&[1, 2]),
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Size)
     ));
     let odd = gpu.device.alloc_zeroed::<u8>(3)?;
     assert!(matches!(
         s.memset_d32(&odd, 1),
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Size)
     ));
     Ok(())
 }
@@ -107,15 +108,15 @@ fn alloc_and_copy_round_trip(gpu: &Gpu) -> TestResult {
 fn bad_allocations_are_errors(gpu: &Gpu) -> TestResult {
     assert!(matches!(
         gpu.device.alloc_zeroed::<i32>(0),
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Size)
     ));
     assert!(matches!(
         gpu.device.htod::<i32>(&[]),
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Size)
     ));
     assert!(matches!(
         gpu.device.alloc_zeroed::<u64>(usize::MAX / 4),
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Size)
     ));
     // 1 PiB: the driver refuses it.
     match gpu.device.alloc_zeroed::<u8>(1 << 50) {
@@ -173,7 +174,7 @@ fn bad_module_image_gives_the_driver_error(gpu: &Gpu) -> TestResult {
     // Text the driver would read differently from the caller: refused before it.
     for bad in ["store7\0 trailing", "\x01binary", "\x7fELF"] {
         assert!(
-            matches!(gpu.device.load_ptx(bad), Err(Error::InvalidArgument(_))),
+            matches!(gpu.device.load_ptx(bad), Err(e) if e.refusal() == Some(Refusal::Image)),
             "{bad:?} must be refused"
         );
     }
@@ -182,12 +183,12 @@ fn bad_module_image_gives_the_driver_error(gpu: &Gpu) -> TestResult {
     // SAFETY: refused before the driver sees it (the check this test pins); never loaded.
     assert!(matches!(
         unsafe { gpu.device.load_module(&kernels[..100]) },
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Image)
     ));
     // SAFETY: as above.
     assert!(matches!(
         unsafe { gpu.device.load_module(&[]) },
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Image)
     ));
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Typed kernels: declarations checked against the kernel, safe launches in every front end.
 
 use cuda_graph::prelude::*;
+use cuda_graph::Refusal;
 
 use crate::support::{eventually, one, Gpu, Needs, TestResult};
 
@@ -106,7 +107,9 @@ fn declarations_are_checked_against_the_kernel(gpu: &Gpu) -> TestResult {
     let texts: Vec<String> = wrong
         .into_iter()
         .map(|r| match r {
-            Err(Error::InvalidArgument(t)) => t,
+            Err(Error::InvalidArgument(t)) if t.kind() == Refusal::Declaration => {
+                t.message().to_string()
+            }
             other => panic!("expected a refused declaration, got {other:?}"),
         })
         .collect();
@@ -295,7 +298,7 @@ fn typed_kernels_set_conditions(gpu: &Gpu) -> TestResult {
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     let h = b.create_conditional_handle(Some(0))?;
     match s.launch(&set, one(), (h, 1)) {
-        Err(Error::InvalidArgument(t)) => assert!(t.contains("only inside a graph"), "{t}"),
+        Err(e) if e.refusal() == Some(Refusal::Capture) => {}
         r => return Err(format!("a handle on a plain stream: {r:?}").into()),
     }
     let other = gpu.device.create_graph_builder()?.begin_building(Global)?;
@@ -354,7 +357,9 @@ fn slices_carry_their_length(gpu: &Gpu) -> TestResult {
         // SAFETY: wrong on purpose; refused before any launch.
         let wrong = unsafe { gpu.module.kernel::<(*mut i32, i32)>("fill_slice") };
         match wrong {
-            Err(Error::InvalidArgument(t)) => assert!(t.contains("parameter 0 is 16 bytes"), "{t}"),
+            Err(Error::InvalidArgument(t)) if t.kind() == Refusal::Declaration => {
+                assert!(t.contains("parameter 0 is 16 bytes"), "{t}")
+            }
             other => return Err(format!("expected a refused declaration, got {other:?}").into()),
         }
     }
@@ -408,7 +413,7 @@ fn graph_allocations_as_buffers(gpu: &Gpu) -> TestResult {
     // SAFETY: refused before any use.
     assert!(matches!(
         unsafe { odd.as_buffer::<i32>() },
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Size)
     ));
     Ok(())
 }
@@ -427,10 +432,10 @@ fn graph_buffers_are_safe_views_checked_in_order(gpu: &Gpu) -> TestResult {
     let add_one = unsafe { gpu.module.kernel::<(*mut i32,)>("add_one")? };
     let s = gpu.stream();
     let cfg = LaunchConfig::for_num_elems(64);
-    let refused = |r: cuda_graph::Result<KernelNode>, what: &str| -> TestResult {
+    let refused = |r: cuda_graph::Result<KernelNode>, kind: Refusal| -> TestResult {
         match r {
-            Err(Error::InvalidArgument(m)) if m.contains(what) => Ok(()),
-            other => Err(format!("expected a refusal naming `{what}`, got {other:?}").into()),
+            Err(e) if e.refusal() == Some(kind) => Ok(()),
+            other => Err(format!("expected a refusal of kind {kind:?}, got {other:?}").into()),
         }
     };
 
@@ -449,25 +454,22 @@ fn graph_buffers_are_safe_views_checked_in_order(gpu: &Gpu) -> TestResult {
     )?;
     // Not after the allocation node: refused, with nothing added.
     let before = def.nodes()?.len();
-    refused(
-        def.add_kernel(&[], &fill, cfg, (&tmp, 1)),
-        "after its allocation node",
-    )?;
+    refused(def.add_kernel(&[], &fill, cfg, (&tmp, 1)), Refusal::Order)?;
     assert_eq!(def.nodes()?.len(), before);
     // In another graph: refused.
     let other = GraphDefinition::new(&gpu.device)?;
     refused(
         other.add_kernel(&[], &fill, cfg, (&tmp, 1)),
-        "another graph",
+        Refusal::ForeignGraph,
     )?;
     // On a plain stream, and in node parameters: refused.
     match s.launch(&fill, cfg, (&tmp, 1)) {
-        Err(Error::InvalidArgument(m)) if m.contains("plain stream") => {}
+        Err(e) if e.refusal() == Some(Refusal::Capture) => {}
         other => return Err(format!("a plain-stream launch of a GraphBuffer: {other:?}").into()),
     }
     assert!(matches!(
         NodeParams::kernel(&fill, cfg, (&tmp, 1)),
-        Err(Error::InvalidArgument(_))
+        Err(e) if e.refusal() == Some(Refusal::Order)
     ));
     // A second user beside the first: the free must come after both.
     let side = def.add_kernel(
@@ -498,7 +500,7 @@ fn graph_buffers_are_safe_views_checked_in_order(gpu: &Gpu) -> TestResult {
     let a = def2.add_kernel(&[&alloc2], &fill, cfg, (&v2, 2))?;
     let _b = def2.add_kernel(&[&alloc2], &fill, cfg, (&v2, 3))?;
     match def2.add_mem_free(&[&a], scratch2) {
-        Err(Error::InvalidArgument(m)) if m.contains("free node must run after") => {}
+        Err(e) if e.refusal() == Some(Refusal::Order) => {}
         other => return Err(format!("a free before a user: {other:?}").into()),
     }
     let exec2 = def2.instantiate()?;
@@ -534,7 +536,7 @@ fn graph_buffers_are_safe_views_checked_in_order(gpu: &Gpu) -> TestResult {
     let tmp = scratch.view::<i32>()?;
     // A fork made before the allocation does not run after it.
     match before_alloc.launch(&fill, cfg, (&tmp, 4)) {
-        Err(Error::InvalidArgument(m)) if m.contains("after its allocation node") => {}
+        Err(e) if e.refusal() == Some(Refusal::Order) => {}
         other => return Err(format!("a fork older than the allocation: {other:?}").into()),
     }
     b.join([before_alloc, idle])?;
@@ -560,7 +562,7 @@ fn graph_buffers_are_safe_views_checked_in_order(gpu: &Gpu) -> TestResult {
     let [user, idle] = b.split::<2>()?;
     user.launch(&fill, cfg, (&tmp, 1))?;
     match b.free_async(scratch) {
-        Err(Error::InvalidArgument(m)) if m.contains("free node must run after") => {}
+        Err(e) if e.refusal() == Some(Refusal::Order) => {}
         other => return Err(format!("a free before a fork's user: {other:?}").into()),
     }
     b.join([user, idle])?;

@@ -10,7 +10,7 @@ use crate::driver::context::PrimaryContext;
 use crate::driver::release;
 use crate::driver::tree_lock::{TreeGuard, TreeLock};
 use crate::driver::{drv, drv_drop};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 use super::node_table::{search_owners, IdMap, IdSet, KeepChunk, NodeTable, Owner};
 
@@ -444,11 +444,12 @@ impl TreeState {
     /// operations that read the whole tree (instantiate, update from it, embed it, clone it).
     pub(crate) fn check_complete(&self) -> Result<()> {
         if let Some(why) = &self.broken {
-            return Err(Error::InvalidArgument(why.clone()));
+            return Err(Error::invalid(Refusal::Broken, why.clone()));
         }
         if !self.captures.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a stream capture still records into this graph or one of its conditional bodies (a body builder was not ended, or was leaked): end every body's capture first".into(),
+            return Err(Error::invalid(
+                Refusal::Capture,
+                "a stream capture still records into this graph or one of its conditional bodies (a body builder was not ended, or was leaked): end every body's capture first",
             ));
         }
         Ok(())
