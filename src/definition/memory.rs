@@ -348,35 +348,18 @@ impl GraphAllocation {
         // SAFETY: the stream is live and captures into a graph whose tree is locked (`rec`).
         unsafe { driver::stream::mem_alloc_async(&mut ptr, bytes, stream) }?;
         // The allocation node is now the capture's only dependency.
-        let mut status = 0u32;
-        let mut deps: *const sys::CUgraphNode = std::ptr::null();
-        let mut n = 0usize;
-        // SAFETY: the stream is live; the out pointers are valid (the status through
-        // `status_out`, as a `u32`); the other outputs are not asked for.
-        unsafe {
-            driver::stream::capture_info(
-                stream,
-                driver::stream::status_out(&mut status),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                &mut deps,
-                std::ptr::null_mut(),
-                &mut n,
-            )
-        }?;
-        if n != 1 || deps.is_null() {
+        let deps = capture_dependencies(stream)?;
+        let [raw] = deps[..] else {
             // The allocation node is in the graph all the same, and each launch of an exec
             // allocates its memory: record it for the execs to free. Its key cannot name a node
             // (a device address, which unified addressing keeps apart from the host addresses
             // node handles are), so no free node can take it.
             tree.note_allocation(graph, ptr as usize, ptr);
             return Err(Error::invalid(Refusal::Order, format!(
-                "after a captured allocation the capture has {n} dependencies instead of its allocation node"
+                "after a captured allocation the capture has {} dependencies instead of its allocation node",
+                deps.len()
             )));
-        }
-        // SAFETY: the driver returned `n == 1` nodes at `deps`, valid until the next capture call
-        // on this stream (none in between).
-        let raw = unsafe { *deps };
+        };
         let node = TypedNode::new(node::token(tree, graph, raw));
         tree.note_allocation(graph, node.raw, ptr);
         Ok(GraphAllocation {
