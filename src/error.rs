@@ -227,67 +227,26 @@ known_results!(
     CUDA_ERROR_INVALID_CLUSTER_SIZE,
     CUDA_ERROR_UNKNOWN;
     // 12.4+
-    #[cfg(not(feature = "cuda-12030"))]
+    #[cfg(not(cuda_before_12_4))]
     CUDA_ERROR_FUNCTION_NOT_LOADED,
     CUDA_ERROR_INVALID_RESOURCE_TYPE,
     CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
     // 12.8+
-    #[cfg(not(any(
-        feature = "cuda-12030",
-        feature = "cuda-12040",
-        feature = "cuda-12050",
-        feature = "cuda-12060"
-    )))]
+    #[cfg(not(cuda_before_12_8))]
     CUDA_ERROR_CONTAINED,
     CUDA_ERROR_TENSOR_MEMORY_LEAK,
     CUDA_ERROR_KEY_ROTATION;
     // 13.0+
-    #[cfg(not(any(
-        feature = "cuda-12030",
-        feature = "cuda-12040",
-        feature = "cuda-12050",
-        feature = "cuda-12060",
-        feature = "cuda-12080",
-        feature = "cuda-12090"
-    )))]
+    #[cfg(not(cuda_before_13_0))]
     CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER;
     // 13.1+
-    #[cfg(not(any(
-        feature = "cuda-12030",
-        feature = "cuda-12040",
-        feature = "cuda-12050",
-        feature = "cuda-12060",
-        feature = "cuda-12080",
-        feature = "cuda-12090",
-        feature = "cuda-13000"
-    )))]
+    #[cfg(not(cuda_before_13_1))]
     CUDA_ERROR_STREAM_DETACHED;
     // 13.3+
-    #[cfg(not(any(
-        feature = "cuda-12030",
-        feature = "cuda-12040",
-        feature = "cuda-12050",
-        feature = "cuda-12060",
-        feature = "cuda-12080",
-        feature = "cuda-12090",
-        feature = "cuda-13000",
-        feature = "cuda-13010",
-        feature = "cuda-13020"
-    )))]
+    #[cfg(not(cuda_before_13_3))]
     CUDA_ERROR_GRAPH_RECAPTURE_FAILURE;
     // 13.4+
-    #[cfg(not(any(
-        feature = "cuda-12030",
-        feature = "cuda-12040",
-        feature = "cuda-12050",
-        feature = "cuda-12060",
-        feature = "cuda-12080",
-        feature = "cuda-12090",
-        feature = "cuda-13000",
-        feature = "cuda-13010",
-        feature = "cuda-13020",
-        feature = "cuda-13030"
-    )))]
+    #[cfg(not(cuda_before_13_4))]
     CUDA_ERROR_FABRIC_NOT_READY,
     CUDA_ERROR_INSUFFICIENT_LOADER_VERSION,
     CUDA_ERROR_MULTICAST_RESOURCE_FULL;

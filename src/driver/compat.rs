@@ -2,9 +2,10 @@
 //!
 //! cudarc generates one set of driver bindings per `cuda-*` feature; this crate forwards those
 //! features under the same names (see `Cargo.toml`). The rest of the crate uses the names below and
-//! compiles against every version from 12.3 on. Each shim is selected by the version features:
-//! "12.8 and newer" is written `not(any(<the older versions>))` and "before 12.8"
-//! `any(<the older versions>)`, so a version added later takes the newest shims unchanged.
+//! compiles against every version from 12.3 on. Each shim is selected by the version aliases of
+//! `build.rs` (`cfg_aliases`): "before 12.8" is `cuda_before_12_8` (any of the older versions'
+//! features) and "12.8 and newer" `not(cuda_before_12_8)`, so a version added later (to the
+//! aliases' lists) takes the newest shims unchanged.
 //! The entry points it calls keep their real exported names, as `drv!` looks them up by name.
 
 use cudarc::driver::sys;
@@ -16,14 +17,7 @@ use cudarc::driver::sys;
 /// instead. The 13.x bindings no longer declare the original forms (`cuGraphGetEdges`,
 /// `cuGraphNodeGetDependencies`, `cuGraphNodeGetDependentNodes`, `cuGraphAddDependencies`,
 /// `cuGraphRemoveDependencies`), so there a driver without `_v2` is `Error::MissingEntryPoint`.
-#[cfg(any(
-    feature = "cuda-12030",
-    feature = "cuda-12040",
-    feature = "cuda-12050",
-    feature = "cuda-12060",
-    feature = "cuda-12080",
-    feature = "cuda-12090"
-))]
+#[cfg(cuda_before_13_0)]
 macro_rules! edges {
     ($v2:ident / $v1:ident ( $($a:expr),* ; $n:expr )) => {
         match $crate::driver::drv!($v2($($a,)* std::ptr::null_mut(), $n)) {
@@ -32,14 +26,7 @@ macro_rules! edges {
         }
     };
 }
-#[cfg(not(any(
-    feature = "cuda-12030",
-    feature = "cuda-12040",
-    feature = "cuda-12050",
-    feature = "cuda-12060",
-    feature = "cuda-12080",
-    feature = "cuda-12090"
-)))]
+#[cfg(not(cuda_before_13_0))]
 macro_rules! edges {
     ($v2:ident / $v1:ident ( $($a:expr),* ; $n:expr )) => {
         $crate::driver::drv!($v2($($a,)* std::ptr::null_mut(), $n))
@@ -54,13 +41,7 @@ pub(crate) use edges;
 pub(crate) fn child_graph_params(graph: sys::CUgraph) -> sys::CUDA_CHILD_GRAPH_NODE_PARAMS {
     sys::CUDA_CHILD_GRAPH_NODE_PARAMS {
         graph,
-        #[cfg(not(any(
-            feature = "cuda-12030",
-            feature = "cuda-12040",
-            feature = "cuda-12050",
-            feature = "cuda-12060",
-            feature = "cuda-12080"
-        )))]
+        #[cfg(not(cuda_before_12_9))]
         ownership: sys::CUgraphChildGraphNodeOwnership::CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE,
     }
 }
@@ -70,27 +51,9 @@ pub(crate) fn child_graph_params(graph: sys::CUgraph) -> sys::CUDA_CHILD_GRAPH_N
 /// 13.2+ bindings put `id` in an anonymous union (beside `localized` in 13.4); same layout.
 pub(crate) fn device_location(ordinal: i32) -> sys::CUmemLocation {
     let type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-    #[cfg(any(
-        feature = "cuda-12030",
-        feature = "cuda-12040",
-        feature = "cuda-12050",
-        feature = "cuda-12060",
-        feature = "cuda-12080",
-        feature = "cuda-12090",
-        feature = "cuda-13000",
-        feature = "cuda-13010"
-    ))]
+    #[cfg(cuda_before_13_2)]
     let location = sys::CUmemLocation { type_, id: ordinal };
-    #[cfg(not(any(
-        feature = "cuda-12030",
-        feature = "cuda-12040",
-        feature = "cuda-12050",
-        feature = "cuda-12060",
-        feature = "cuda-12080",
-        feature = "cuda-12090",
-        feature = "cuda-13000",
-        feature = "cuda-13010"
-    )))]
+    #[cfg(not(cuda_before_13_2))]
     let location = sys::CUmemLocation {
         type_,
         __bindgen_anon_1: sys::CUmemLocation_st__bindgen_ty_1 { id: ordinal },
@@ -104,13 +67,7 @@ pub(crate) fn allocation_type(managed: bool) -> Option<sys::CUmemAllocationType>
     if !managed {
         return Some(sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED);
     }
-    #[cfg(any(
-        feature = "cuda-13000",
-        feature = "cuda-13010",
-        feature = "cuda-13020",
-        feature = "cuda-13030",
-        feature = "cuda-13040"
-    ))]
+    #[cfg(cuda_13)]
     return Some(sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_MANAGED);
     #[allow(unreachable_code)]
     None
@@ -126,24 +83,10 @@ pub(crate) unsafe fn event_elapsed(
     start: sys::CUevent,
     end: sys::CUevent,
 ) -> crate::Result<()> {
-    #[cfg(any(
-        feature = "cuda-12030",
-        feature = "cuda-12040",
-        feature = "cuda-12050",
-        feature = "cuda-12060",
-        feature = "cuda-12080",
-        feature = "cuda-12090"
-    ))]
+    #[cfg(cuda_before_13_0)]
     // SAFETY: the caller's promises above.
     let r = unsafe { super::drv!(cuEventElapsedTime(ms, start, end)) };
-    #[cfg(not(any(
-        feature = "cuda-12030",
-        feature = "cuda-12040",
-        feature = "cuda-12050",
-        feature = "cuda-12060",
-        feature = "cuda-12080",
-        feature = "cuda-12090"
-    )))]
+    #[cfg(not(cuda_before_13_0))]
     // SAFETY: the caller's promises above.
     let r = unsafe { super::drv!(cuEventElapsedTime_v2(ms, start, end)) };
     r
@@ -151,20 +94,10 @@ pub(crate) unsafe fn event_elapsed(
 
 /// `CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED` (CUDA 12.8 headers) as the integer the driver
 /// writes; the 12.3–12.6 bindings' `CUgraphInstantiateResult` lacks it.
-#[cfg(not(any(
-    feature = "cuda-12030",
-    feature = "cuda-12040",
-    feature = "cuda-12050",
-    feature = "cuda-12060"
-)))]
+#[cfg(not(cuda_before_12_8))]
 pub(crate) const INSTANTIATE_CONDITIONAL_HANDLE_UNUSED: u32 =
     sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED as u32;
-#[cfg(any(
-    feature = "cuda-12030",
-    feature = "cuda-12040",
-    feature = "cuda-12050",
-    feature = "cuda-12060"
-))]
+#[cfg(cuda_before_12_8)]
 pub(crate) const INSTANTIATE_CONDITIONAL_HANDLE_UNUSED: u32 = 5;
 
 /// Makes `params`, the parameters of a conditional node, those of a SWITCH node
@@ -173,23 +106,13 @@ pub(crate) const INSTANTIATE_CONDITIONAL_HANDLE_UNUSED: u32 = 5;
 /// The 12.3–12.6 bindings' `CUgraphConditionalNodeType` lacks SWITCH, so there its value (2 in the
 /// 12.8 headers) is stored as the `u32` the C field is. `params` is a union, which has no validity
 /// invariant, and nothing reads `type_` back as the Rust enum, so the value is never a Rust enum.
-#[cfg(not(any(
-    feature = "cuda-12030",
-    feature = "cuda-12040",
-    feature = "cuda-12050",
-    feature = "cuda-12060"
-)))]
+#[cfg(not(cuda_before_12_8))]
 pub(crate) fn set_switch(params: &mut sys::CUgraphNodeParams) {
     // `params` holds a conditional block (the caller built it); storing a field reads nothing.
     params.__bindgen_anon_1.conditional.type_ =
         sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH;
 }
-#[cfg(any(
-    feature = "cuda-12030",
-    feature = "cuda-12040",
-    feature = "cuda-12050",
-    feature = "cuda-12060"
-))]
+#[cfg(cuda_before_12_8)]
 pub(crate) fn set_switch(params: &mut sys::CUgraphNodeParams) {
     static_assertions::assert_eq_size!(u32, sys::CUgraphConditionalNodeType);
     const CU_GRAPH_COND_TYPE_SWITCH: u32 = 2;
@@ -207,7 +130,7 @@ pub(crate) fn set_switch(params: &mut sys::CUgraphNodeParams) {
 ///
 /// # Safety
 /// `func` is a kernel of a module that is loaded now.
-#[cfg(not(feature = "cuda-12030"))]
+#[cfg(not(cuda_before_12_4))]
 pub(crate) unsafe fn func_param_info(
     func: sys::CUfunction,
     index: usize,
@@ -229,7 +152,7 @@ pub(crate) unsafe fn func_param_info(
 ///
 /// # Safety
 /// None needed; kept `unsafe` to match the other bindings' shim.
-#[cfg(feature = "cuda-12030")]
+#[cfg(cuda_before_12_4)]
 pub(crate) unsafe fn func_param_info(
     _func: sys::CUfunction,
     _index: usize,
@@ -246,7 +169,7 @@ pub(crate) unsafe fn func_param_info(
 ///
 /// # Safety
 /// `func` is a kernel of a module that is loaded now.
-#[cfg(not(feature = "cuda-12030"))]
+#[cfg(not(cuda_before_12_4))]
 pub(crate) unsafe fn param_info(
     func: sys::CUfunction,
     index: usize,
@@ -264,7 +187,7 @@ pub(crate) unsafe fn param_info(
 ///
 /// # Safety
 /// None needed; kept `unsafe` to match the other form.
-#[cfg(feature = "cuda-12030")]
+#[cfg(cuda_before_12_4)]
 pub(crate) unsafe fn param_info(
     _func: sys::CUfunction,
     _index: usize,

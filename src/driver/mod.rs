@@ -34,19 +34,7 @@ pub use crate::version::DriverVersion;
 // The features forwarded to cudarc (see `Cargo.toml`). When cudarc itself gets neither, its build
 // script stops first with its own list of features; these errors are for the case where another
 // dependency chose cudarc's features and this crate's were left out.
-#[cfg(not(any(
-    feature = "cuda-12030",
-    feature = "cuda-12040",
-    feature = "cuda-12050",
-    feature = "cuda-12060",
-    feature = "cuda-12080",
-    feature = "cuda-12090",
-    feature = "cuda-13000",
-    feature = "cuda-13010",
-    feature = "cuda-13020",
-    feature = "cuda-13030",
-    feature = "cuda-13040"
-)))]
+#[cfg(not(cuda_version_chosen))]
 compile_error!(
     "cuda-graph: no CUDA version chosen for the driver bindings. Enable exactly one of the \
      features cuda-12030, cuda-12040, cuda-12050, cuda-12060, cuda-12080 (the default), \
