@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::driver::graph::{GraphHandle, Owners, TreeState};
 use crate::error::{Error, Refusal, Result};
-use crate::graph::{lock, Graph};
+use crate::graph::Graph;
 use crate::GraphNode;
 
 /// Whether graph `graph` is the graph of a child-graph node (seen through
@@ -104,7 +104,7 @@ impl Graph {
         // Before the exec's lock (see `refuse_in_host_callback`).
         crate::driver::context::refuse_in_host_callback()?;
         params.check_device(self.exec.ctx.device)?;
-        let mut state = lock(&self.state);
+        let mut state = self.lock_state();
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;
@@ -165,7 +165,7 @@ impl Graph {
     pub fn set_enabled(&self, node: &GraphNode, enabled: bool) -> Result<()> {
         // Before the exec's lock (see `refuse_in_host_callback`).
         crate::driver::context::refuse_in_host_callback()?;
-        let state = lock(&self.state);
+        let state = self.lock_state();
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;
@@ -188,7 +188,7 @@ impl Graph {
     pub fn is_enabled(&self, node: &GraphNode) -> Result<bool> {
         // Before the exec's lock (see `refuse_in_host_callback`).
         crate::driver::context::refuse_in_host_callback()?;
-        let state = lock(&self.state);
+        let state = self.lock_state();
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;
         let tree = source.lock();

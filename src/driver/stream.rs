@@ -6,6 +6,7 @@ use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
 use super::graph::GraphHandle;
+use super::lock_rank::{Rank, Ranked};
 use super::release;
 use super::{drv, drv_drop};
 use crate::error::Result;
@@ -153,8 +154,10 @@ impl StreamHandle {
     }
 
     /// Locks the stream's capture slot (see [`StreamHandle::capture`]).
-    pub(crate) fn slot(&self) -> MutexGuard<'_, Option<CaptureLink>> {
-        self.capture.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn slot(&self) -> Ranked<MutexGuard<'_, Option<CaptureLink>>> {
+        Ranked::take(Rank::StreamSlot, 0, || {
+            self.capture.lock().unwrap_or_else(|p| p.into_inner())
+        })
     }
 
     /// The capture slot if no one holds it now (never blocks: for destructors, which may run

@@ -95,7 +95,18 @@ impl<T> TreeLock<T> {
         TreeGuard {
             lock: self,
             _value: PhantomData,
+            _rank: None,
         }
+    }
+
+    /// [`lock`](Self::lock) for the tree `id`, its rank recorded and checked
+    /// ([`Rank::Tree`](super::lock_rank::Rank::Tree); debug builds) before it blocks.
+    #[inline]
+    pub(crate) fn lock_ranked(&self, id: u64) -> TreeGuard<'_, T> {
+        let held = super::lock_rank::Held::acquire(super::lock_rank::Rank::Tree, id);
+        let mut guard = self.lock();
+        guard._rank = Some(held);
+        guard
     }
 
     /// The value, through exclusive access to the lock itself.
@@ -162,6 +173,9 @@ pub(crate) struct TreeGuard<'a, T> {
     lock: &'a TreeLock<T>,
     /// Shares and moves like `&mut T`.
     _value: PhantomData<&'a mut T>,
+    /// The lock's rank, recorded while it is held (taken through
+    /// [`lock_ranked`](TreeLock::lock_ranked); released after the lock, field order).
+    _rank: Option<super::lock_rank::Held>,
 }
 
 impl<T> Deref for TreeGuard<'_, T> {

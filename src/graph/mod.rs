@@ -312,7 +312,7 @@ impl Graph {
         // Before the exec's lock (see `refuse_in_host_callback`).
         driver::context::refuse_in_host_callback()?;
         check_same_device(self.exec.ctx.device, stream, "launched")?;
-        let mut state = lock(&self.state);
+        let mut state = self.lock_state();
         stream.enqueue(|rec| {
             if rec.capturing() {
                 return Err(launch_in_capture("launched"));
@@ -345,7 +345,7 @@ impl Graph {
         // Before the exec's lock (see `refuse_in_host_callback`).
         driver::context::refuse_in_host_callback()?;
         check_same_device(self.exec.ctx.device, stream, "uploaded")?;
-        let _state = lock(&self.state);
+        let _state = self.lock_state();
         stream.enqueue(|rec| {
             if rec.capturing() {
                 return Err(launch_in_capture("uploaded"));
@@ -385,7 +385,7 @@ impl Graph {
     pub fn device_handle(&self) -> Result<DeviceGraph> {
         // Before the exec's lock (see `refuse_in_host_callback`).
         driver::context::refuse_in_host_callback()?;
-        let mut state = lock(&self.state);
+        let mut state = self.lock_state();
         if !state.device_launch {
             return Err(Error::invalid(
                 Refusal::Unsupported,
@@ -468,7 +468,7 @@ impl Graph {
                 self.exec.ctx.device, graph.ctx.device
             )));
         }
-        let mut state = lock(&self.state);
+        let mut state = self.lock_state();
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
         let mut info = UpdateResultInfo {
@@ -580,6 +580,18 @@ fn release_when_idle(stream: Stream, job: crate::driver::release::Job) {
     if spawned.is_err() {
         // Never run early: what the job releases may still be in use.
         std::mem::forget(lock(&slot).take());
+    }
+}
+
+impl Graph {
+    /// Takes the exec's lock ([`Rank::Exec`](crate::driver::lock_rank::Rank::Exec): before any
+    /// stream slot or tree lock).
+    #[inline]
+    pub(crate) fn lock_state(
+        &self,
+    ) -> crate::driver::lock_rank::Ranked<std::sync::MutexGuard<'_, ExecState>> {
+        use crate::driver::lock_rank::{Rank, Ranked};
+        Ranked::take(Rank::Exec, 0, || lock(&self.state))
     }
 }
 

@@ -557,7 +557,7 @@ impl GraphHandle {
         while let Some(o) = &g.owner {
             g = o;
         }
-        g.tree.lock()
+        g.tree.lock_ranked(g.id)
     }
 
     /// The id of this graph's tree: its root graph's id.
