@@ -102,6 +102,9 @@ pub use runtime::{
 };
 
 /// The public vocabulary: `use cuda_graph::prelude::*;`.
+///
+/// Beside `use cudarc::driver::*;` one name is in both globs, `LaunchConfig` (each crate has its
+/// own): `use cuda_graph::LaunchConfig;` picks this crate's and beats both globs.
 pub mod prelude {
     pub use crate::{
         driver_version, CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Device,
