@@ -26,11 +26,11 @@ impl Drop for DeviceLaunchKeep {
 }
 
 /// An exec as device code launches it: the `cudaGraphExec_t` argument of a kernel that calls
-/// `cudaGraphLaunch` (device graph launch). Made by [`Graph::device_handle`]; pass it as a kernel
+/// `cudaGraphLaunch` (device graph launch). Made by [`Graph::device_handle`](crate::Graph::device_handle); pass it as a kernel
 /// argument (by value or by reference).
 ///
 /// A graph whose kernel takes it keeps the exec alive for as long as that graph and its execs
-/// live, even after the [`Graph`] is dropped. `Clone`, `Send + Sync`.
+/// live, even after the [`Graph`](crate::Graph) is dropped. `Clone`, `Send + Sync`.
 #[derive(Clone)]
 #[must_use = "a device handle does nothing until a kernel takes it as an argument"]
 pub struct DeviceGraph {

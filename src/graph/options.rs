@@ -70,7 +70,7 @@ impl InstantiateOptions {
     }
 
     /// `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`: make the exec launchable from device code
-    /// ([`Graph::device_handle`]). The driver restricts which nodes such a graph may hold.
+    /// ([`Graph::device_handle`](crate::Graph::device_handle)). The driver restricts which nodes such a graph may hold.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
