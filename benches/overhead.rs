@@ -98,6 +98,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use cuda_graph::prelude::*;
+use cuda_graph::{driver_version, CaptureMode, DriverVersion};
 use cudarc::driver::sys;
 
 /// Test kernels shipped with the crate (see tests/kernels/README.md): `empty_kernel()` does

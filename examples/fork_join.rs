@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 use cuda_graph::prelude::*;
 
+use cuda_graph::GraphDebugPrintOptions;
+
 const KERNELS: &[u8] = include_bytes!("../tests/kernels/kernels.fatbin");
 const N: usize = 1 << 20;
 

@@ -90,6 +90,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cuda_graph::prelude::*;
+use cuda_graph::{DriverVersion, HostCallback};
 use cudarc::driver::sys;
 
 /// Test kernels shipped with the crate (see tests/kernels/README.md): `add_one(int* p)` does

@@ -101,28 +101,20 @@ pub use runtime::{
     PinnedBuffer, ReleaseObserver, Signature, Slice, Stream,
 };
 
-/// The public vocabulary: `use cuda_graph::prelude::*;`.
+/// What a program writes daily: `use cuda_graph::prelude::*;` — devices, streams, buffers,
+/// kernels, the builder and its states, definitions, execs and the cache, errors. The rest (typed
+/// node handles other than [`KernelNode`], node parameter details, debug output options,
+/// observers, driver versions) is reached by path, `cuda_graph::…`.
 ///
 /// Beside `use cudarc::driver::*;` one name is in both globs, `LaunchConfig` (each crate has its
 /// own): `use cuda_graph::LaunchConfig;` picks this crate's and beats both globs.
 pub mod prelude {
     pub use crate::{
-        driver_version, CaptureMode, Capturing, ConditionalBody, ConditionalHandle, Device,
-        DeviceBuffer, DeviceCopy, DeviceGraph, DotDetail, DriverVersion, Ended, Error, Event,
-        Forked, Function, Global, Graph, GraphBuilder, GraphDebugPrintOptions, HostCallback,
-        InstantiateOptions, Kernel, KernelArg, KernelArgs, LaunchConfig, Module, NotStarted,
-        Primary, Relaxed, Result, Slice, Stream, ThreadLocal,
-    };
-    pub use crate::{
-        CacheOutcome, ChildGraphNode, ConditionalNode, EmptyNode, EventRecordNode, EventWaitNode,
-        GraphCache, HostNode, KernelNode, MemAllocNode, MemFreeNode, MemcpyNode, MemsetNode,
-        NodeParams, TypedNode,
-    };
-    pub use crate::{ConstSlice, GraphBuffer};
-    pub use crate::{
-        EventOptions, FinishedGraph, GraphAllocation, GraphDefinition, GraphMemoryUsage, GraphNode,
-        MemAllocOptions, Memset2d, MemsetValue, NodeType, PeerAccess, PinnedBuffer,
-        ReleaseObserver,
+        CacheOutcome, Capturing, ConditionalHandle, ConstSlice, Device, DeviceBuffer, DeviceCopy,
+        Ended, Error, Event, Function, Global, Graph, GraphAllocation, GraphBuffer, GraphBuilder,
+        GraphCache, GraphDefinition, GraphNode, InstantiateOptions, Kernel, KernelArgs, KernelNode,
+        LaunchConfig, Module, NodeParams, NotStarted, PinnedBuffer, Primary, Relaxed, Result,
+        Slice, Stream, ThreadLocal,
     };
 }
 

@@ -41,6 +41,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use cuda_graph::prelude::*;
+
+use cuda_graph::EventOptions;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 
 const KERNELS: &str = include_str!("kernels.cu");

@@ -25,6 +25,7 @@ pub(crate) mod sealed {
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
+/// # use cuda_graph::FinishedGraph;
 /// fn embed_twice(b: &GraphBuilder<Primary, Capturing<Global>>, step: &impl FinishedGraph) -> cuda_graph::Result<()> {
 ///     b.add_child_graph(step)?;
 ///     b.add_child_graph(step)

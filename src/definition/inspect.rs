@@ -203,6 +203,7 @@ impl MemcpyInfo {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::MemcpyNode;
     /// use cuda_graph::NodeInfo;
     /// # fn f(def: &GraphDefinition, n: &MemcpyNode) -> cuda_graph::Result<()> {
     /// println!("{} bytes", def.node_info(n)?.bytes());

@@ -45,6 +45,7 @@ pub enum PeerAccess {
 ///
 /// ```
 /// # use cuda_graph::prelude::*;
+/// # use cuda_graph::{MemAllocOptions, PeerAccess};
 /// let options = MemAllocOptions::new().on_device(0).peer_access(1, PeerAccess::Read);
 /// assert_eq!(options.device(), Some(0));
 /// assert_eq!(options.peers(), &[(1, PeerAccess::Read)]);
@@ -235,6 +236,7 @@ impl GraphAllocation {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::NodeType;
     /// # fn f(def: &GraphDefinition, a: &GraphAllocation) -> cuda_graph::Result<()> {
     /// assert_eq!(def.node_type(&a.node())?, NodeType::MemAlloc);
     /// # Ok(()) }
@@ -745,6 +747,7 @@ impl GraphDefinition {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::{MemAllocOptions, PeerAccess};
     /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
     /// // 1 MiB on device 0 that device 1 may read and write.
     /// let options = MemAllocOptions::new()

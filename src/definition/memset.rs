@@ -12,6 +12,7 @@ use crate::runtime::DeviceCopy;
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
+/// # use cuda_graph::Memset2d;
 /// // In a buffer of 4 rows of 16 elements, the first 10 of each row.
 /// let shape = Memset2d { width: 10, height: 4, pitch: 16 };
 /// ```

@@ -292,6 +292,7 @@ impl GraphDefinition {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::GraphDebugPrintOptions;
     /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
     /// def.debug_dot_print("graph.dot", &GraphDebugPrintOptions::all())?;
     /// # Ok(()) }

@@ -43,6 +43,7 @@ impl GraphNode {
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
+/// # use cuda_graph::NodeType;
 /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
 /// let kernels = def
 ///     .nodes()?

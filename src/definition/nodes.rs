@@ -385,6 +385,7 @@ impl GraphDefinition {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::Memset2d;
     /// # fn f(def: &GraphDefinition, image: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
     /// // `image` is 480 rows of 640 bytes: clear a 100 x 50 rectangle at its top left.
     /// def.add_memset_2d(&[], image, 0u8, Memset2d { width: 100, height: 50, pitch: 640 })?;

@@ -216,6 +216,7 @@ impl NodeParams<node_kind::Memset> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::MemsetNode;
     /// # fn f(g: &Graph, m: &MemsetNode, buf: &DeviceBuffer<u32>) -> cuda_graph::Result<()> {
     /// g.set_params(m, NodeParams::memset(buf, 5u32)?)?;
     /// # Ok(()) }
@@ -238,6 +239,7 @@ impl NodeParams<node_kind::Memset> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::{MemsetNode, Memset2d};
     /// # fn f(def: &GraphDefinition, m: &MemsetNode, image: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
     /// def.set_params(m, NodeParams::memset_2d(image, 0u8, Memset2d { width: 10, height: 4, pitch: 16 })?)?;
     /// # Ok(()) }
@@ -272,6 +274,7 @@ impl NodeParams<node_kind::Memcpy> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::MemcpyNode;
     /// # fn f(def: &GraphDefinition, c: &MemcpyNode, a: &DeviceBuffer<f32>, b: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
     /// def.set_params(c, NodeParams::memcpy(a, b)?)?; // now a = b
     /// # Ok(()) }
@@ -315,6 +318,7 @@ impl NodeParams<node_kind::Host> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::HostNode;
     /// # fn f(def: &GraphDefinition, h: &HostNode) -> cuda_graph::Result<()> {
     /// let (p, cb) = NodeParams::host_callback(|| println!("the new callback"));
     /// def.set_params(h, p)?;
@@ -349,6 +353,7 @@ impl NodeParams<node_kind::ChildGraph> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::ChildGraphNode;
     /// # fn f(g: &Graph, c: &ChildGraphNode, step: &GraphDefinition) -> cuda_graph::Result<()> {
     /// g.set_params(c, NodeParams::child_graph(step)?)?;
     /// # Ok(()) }
@@ -370,6 +375,7 @@ impl NodeParams<node_kind::EventRecord> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::EventRecordNode;
     /// # fn f(def: &GraphDefinition, r: &EventRecordNode, e: &Event) -> cuda_graph::Result<()> {
     /// def.set_params(r, NodeParams::event_record(e))?;
     /// # Ok(()) }
@@ -390,6 +396,7 @@ impl NodeParams<node_kind::EventWait> {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::EventWaitNode;
     /// # fn f(def: &GraphDefinition, w: &EventWaitNode, e: &Event) -> cuda_graph::Result<()> {
     /// def.set_params(w, NodeParams::event_wait(e))?;
     /// # Ok(()) }

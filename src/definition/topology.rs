@@ -89,6 +89,7 @@ impl GraphDefinition {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::NodeType;
     /// # fn f(def: &GraphDefinition) -> cuda_graph::Result<()> {
     /// let e = def.add_empty(&[])?;
     /// assert_eq!(def.node_type(&e)?, NodeType::Empty);

@@ -56,6 +56,7 @@ pub mod node_kind {
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
+/// # use cuda_graph::NodeType;
 /// use cuda_graph::{node_kind, NodeKind};
 /// assert_eq!(<node_kind::Kernel as NodeKind>::TYPE, NodeType::Kernel);
 /// ```
@@ -77,6 +78,7 @@ pub trait NodeKind: sealed::Sealed + 'static {
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
+/// # use cuda_graph::{EmptyNode, MemsetNode};
 /// # fn f(def: &GraphDefinition, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
 /// let clear: MemsetNode = def.add_memset(&[], buf, 0i32)?;
 /// let after: EmptyNode = def.add_empty(&[&clear])?; // a typed node is a dependency
@@ -269,6 +271,7 @@ impl GraphDefinition {
         ///
         /// ```no_run
         /// # use cuda_graph::prelude::*;
+        /// # use cuda_graph::MemsetNode;
         /// # fn f(def: &GraphDefinition, n: &GraphNode) -> cuda_graph::Result<()> {
         /// let m: MemsetNode = def.memset_node(n)?;
         /// # Ok(()) }
@@ -278,6 +281,7 @@ impl GraphDefinition {
         ///
         /// ```no_run
         /// # use cuda_graph::prelude::*;
+        /// # use cuda_graph::MemcpyNode;
         /// # fn f(def: &GraphDefinition, n: &GraphNode) -> cuda_graph::Result<()> {
         /// let c: MemcpyNode = def.memcpy_node(n)?;
         /// # Ok(()) }
@@ -287,6 +291,7 @@ impl GraphDefinition {
         ///
         /// ```no_run
         /// # use cuda_graph::prelude::*;
+        /// # use cuda_graph::HostNode;
         /// # fn f(def: &GraphDefinition, n: &GraphNode) -> cuda_graph::Result<()> {
         /// let h: HostNode = def.host_node(n)?;
         /// # Ok(()) }
@@ -296,6 +301,7 @@ impl GraphDefinition {
         ///
         /// ```no_run
         /// # use cuda_graph::prelude::*;
+        /// # use cuda_graph::ChildGraphNode;
         /// # fn f(def: &GraphDefinition, n: &GraphNode) -> cuda_graph::Result<()> {
         /// let c: ChildGraphNode = def.child_graph_node(n)?;
         /// # Ok(()) }
@@ -305,6 +311,7 @@ impl GraphDefinition {
         ///
         /// ```no_run
         /// # use cuda_graph::prelude::*;
+        /// # use cuda_graph::EventRecordNode;
         /// # fn f(def: &GraphDefinition, n: &GraphNode) -> cuda_graph::Result<()> {
         /// let r: EventRecordNode = def.event_record_node(n)?;
         /// # Ok(()) }
@@ -314,6 +321,7 @@ impl GraphDefinition {
         ///
         /// ```no_run
         /// # use cuda_graph::prelude::*;
+        /// # use cuda_graph::EventWaitNode;
         /// # fn f(def: &GraphDefinition, n: &GraphNode) -> cuda_graph::Result<()> {
         /// let w: EventWaitNode = def.event_wait_node(n)?;
         /// # Ok(()) }

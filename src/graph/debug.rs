@@ -107,6 +107,7 @@ impl DotDetail {
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
+/// # use cuda_graph::GraphDebugPrintOptions;
 /// use cuda_graph::DotDetail;
 /// # fn f(ended: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
 /// let options = GraphDebugPrintOptions::new()
@@ -135,6 +136,7 @@ impl GraphDebugPrintOptions {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::GraphDebugPrintOptions;
     /// # fn f(ended: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
     /// ended.debug_dot_print("graph.dot", &GraphDebugPrintOptions::all())?;
     /// # Ok(()) }

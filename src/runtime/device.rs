@@ -184,6 +184,7 @@ impl Device {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::EventOptions;
     /// # fn f(device: &Device) -> cuda_graph::Result<()> {
     /// let event = device.create_event_with(&EventOptions::default().timing(true))?;
     /// # Ok(()) }

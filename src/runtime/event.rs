@@ -12,6 +12,7 @@ use crate::error::{Error, Refusal, Result};
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;
+/// # use cuda_graph::EventOptions;
 /// # fn f(device: &Device) -> cuda_graph::Result<()> {
 /// let options = EventOptions::default().timing(true).blocking_sync(true);
 /// let start = device.create_event_with(&options)?;
@@ -167,6 +168,7 @@ impl Event {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::EventOptions;
     /// # fn f(device: &Device, stream: &Stream, graph: &Graph) -> cuda_graph::Result<()> {
     /// let timing = EventOptions::default().timing(true);
     /// let (start, end) = (device.create_event_with(&timing)?, device.create_event_with(&timing)?);

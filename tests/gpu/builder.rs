@@ -1,6 +1,8 @@
 //! The typestate builder: capture, end, complete, launch, update, DOT, faults, threads.
 
 use cuda_graph::prelude::*;
+
+use cuda_graph::GraphDebugPrintOptions;
 use cuda_graph::Refusal;
 
 use crate::args;

@@ -1,6 +1,8 @@
 //! Conditional nodes: if, if/else, switch, while, nested, in forks, device-side loops.
 
 use cuda_graph::prelude::*;
+
+use cuda_graph::DriverVersion;
 use cuda_graph::Refusal;
 
 use crate::args;

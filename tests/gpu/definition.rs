@@ -5,7 +5,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use cuda_graph::prelude::*;
+
 use cuda_graph::Refusal;
+use cuda_graph::{
+    DriverVersion, GraphDebugPrintOptions, MemAllocOptions, Memset2d, NodeType, PeerAccess,
+};
 
 use crate::args;
 use crate::support::{eventually, launch, one, run, stays, Gpu, Needs, TestResult, KERNELS};

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use cuda_graph::prelude::*;
 
+use cuda_graph::HostCallback;
+
 use crate::args;
 use crate::support::{eventually, one, Gpu, Needs, TestResult};
 

@@ -1,6 +1,8 @@
 //! The driver handle and runtime layer.
 
 use cuda_graph::prelude::*;
+
+use cuda_graph::DriverVersion;
 use cuda_graph::Refusal;
 
 use crate::args;

@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use cuda_graph::prelude::*;
+
 use cuda_graph::Refusal;
 use cuda_graph::{ConditionalKind, MemoryKind, NodeInfo};
+use cuda_graph::{DriverVersion, NodeType};
 
 use crate::args;
 use crate::nodes::k;

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cuda_graph::prelude::*;
+
+use cuda_graph::NodeType;
 use cudarc::driver::sys;
 
 use crate::args;

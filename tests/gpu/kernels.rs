@@ -1,7 +1,9 @@
 //! Typed kernels: declarations checked against the kernel, safe launches in every front end.
 
 use cuda_graph::prelude::*;
+
 use cuda_graph::Refusal;
+use cuda_graph::{DeviceGraph, DriverVersion};
 
 use crate::support::{eventually, one, Gpu, Needs, TestResult};
 

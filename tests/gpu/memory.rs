@@ -2,6 +2,8 @@
 //! graph memory pool's usage, and event options (issue "Live alongside cudarc", items 5 and 6).
 
 use cuda_graph::prelude::*;
+
+use cuda_graph::EventOptions;
 use cuda_graph::Refusal;
 
 use crate::args;

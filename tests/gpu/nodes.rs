@@ -3,6 +3,8 @@
 
 use cuda_graph::prelude::*;
 
+use cuda_graph::{Memset2d, NodeType};
+
 use crate::args;
 use crate::support::{eventually, launch, one, run, stays, Gpu, Needs, TestResult};
 

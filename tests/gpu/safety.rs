@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cuda_graph::prelude::*;
+
 use cuda_graph::Refusal;
+use cuda_graph::{DriverVersion, GraphDebugPrintOptions, MemAllocOptions, NodeType};
 
 use crate::args;
 use crate::support::{

@@ -2,6 +2,8 @@
 
 use cuda_graph::prelude::*;
 
+use cuda_graph::DriverVersion;
+
 /// The test kernels (see tests/kernels/README.md).
 pub const KERNELS: &[u8] = include_bytes!("../kernels/kernels.fatbin");
 

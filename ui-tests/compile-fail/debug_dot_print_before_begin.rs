@@ -1,4 +1,5 @@
 use cuda_graph::prelude::*;
+use cuda_graph::GraphDebugPrintOptions;
 
 fn flow(device: &Device) -> cuda_graph::Result<()> {
     let not_started = device.create_graph_builder()?;

@@ -1,4 +1,5 @@
 use cuda_graph::prelude::*;
+use cuda_graph::GraphDebugPrintOptions;
 
 fn flow(device: &Device) -> cuda_graph::Result<()> {
     let capturing = device.create_graph_builder()?.begin_building(Global)?;

@@ -1,6 +1,7 @@
 //! The explicit definition's legal flows: built from scratch, viewed from an ended builder, and
 //! as conditional bodies (never captured, and captured then extended).
 use cuda_graph::prelude::*;
+use cuda_graph::{GraphDebugPrintOptions, NodeType};
 
 fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     let args = KernelArgs::new().arg(buf);

@@ -1,5 +1,6 @@
 //! The primary builder's legal flow, start to finish.
 use cuda_graph::prelude::*;
+use cuda_graph::GraphDebugPrintOptions;
 
 fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
     let builder = device.create_graph_builder()?;

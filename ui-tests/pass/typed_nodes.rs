@@ -1,6 +1,7 @@
 //! Typed nodes: dependencies, reading back, per-node updates of definitions and execs, enabling,
 //! and the update-or-instantiate cache.
 use cuda_graph::prelude::*;
+use cuda_graph::{EmptyNode, EventRecordNode, MemsetNode};
 
 fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>, e: &Event) -> cuda_graph::Result<()> {
     let def = GraphDefinition::new(device)?;
