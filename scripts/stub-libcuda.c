@@ -60,7 +60,8 @@ int cuStreamIsCapturing(void* s, int* st){ *st = 0; return 0; }
 int cuGraphNodeGetType(void* n, int* t){ *t = 0; return 0; }
 int cuStreamBeginCapture_v2(void){ return 0; }
 int cuStreamEndCapture(void* s, void** g){ *g = fresh(); return 0; }
-int cuStreamGetCaptureInfo_v3(void* s, int* st, unsigned long long* id, void** g, const void** deps, const void** ed, size_t* nd){ if(st)*st=1; if(id)*id=(unsigned long long)fresh(); if(g)*g=fresh(); if(deps)*deps=0; if(ed)*ed=0; if(nd)*nd=0; return 0; }
+/* The driver refuses a null status pointer (CUDA_ERROR_INVALID_VALUE): so does the stub. */
+int cuStreamGetCaptureInfo_v3(void* s, int* st, unsigned long long* id, void** g, const void** deps, const void** ed, size_t* nd){ if(!st) return 1; *st=1; if(id)*id=(unsigned long long)fresh(); if(g)*g=fresh(); if(deps)*deps=0; if(ed)*ed=0; if(nd)*nd=0; return 0; }
 int cuGraphAddMemsetNode(void** n, void* g, void* d, size_t k, void* p, void* c){ *n = fresh(); return 0; }
 int cuGraphExecUpdate_v2(void){ return 0; }
 int cuEventCreate(void** e, unsigned f){ *e = fresh(); return 0; }

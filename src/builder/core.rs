@@ -115,12 +115,14 @@ impl Core {
                 // not begun owns its stream's capture slot); its context is current.
                 unsafe { driver::stream::begin_capture(self.stream.raw(), mode) }?;
                 let mut raw: sys::CUgraph = std::ptr::null_mut();
-                // SAFETY: the stream is live; `raw` is a valid out pointer, every other out
-                // pointer is null (allowed).
+                let mut status = 0u32;
+                // SAFETY: the stream is live; `status` (written as a `u32`, see `status_out`; the
+                // driver requires it) and `raw` are valid out pointers, the other out pointers
+                // are null (optional).
                 let info = unsafe {
                     driver::stream::capture_info(
                         self.stream.raw(),
-                        std::ptr::null_mut(),
+                        status_out(&mut status),
                         std::ptr::null_mut(),
                         &mut raw,
                         std::ptr::null_mut(),

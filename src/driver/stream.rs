@@ -570,8 +570,8 @@ pub(crate) unsafe fn end_capture(stream: sys::CUstream, graph: &mut sys::CUgraph
     unsafe { drv!(cuStreamEndCapture(stream, graph)) }
 }
 
-/// Reads the capture state of `stream` (`cuStreamGetCaptureInfo_v3`); each out pointer may be
-/// null where the driver allows it.
+/// Reads the capture state of `stream` (`cuStreamGetCaptureInfo_v3`). `status` is required (the
+/// driver returns `CUDA_ERROR_INVALID_VALUE` for a null one); every other out pointer may be null.
 ///
 /// # Safety
 /// `stream` is live; every non-null out pointer is valid for a write of its type (`status`
