@@ -22,7 +22,7 @@
 //!
 //! | case | library | raw driver calls |
 //! | --- | --- | --- |
-//! | `capture/Global`, `/ThreadLocal`, `/Relaxed` | `stream.create_graph_builder().begin_building(M)` on an existing stream, n × `launch(empty_kernel)`, `end_building()`, drop | `cuStreamBeginCapture_v2(M)` (the fastest raw path: the driver makes the graph), n × `cuLaunchKernel`, `cuStreamEndCapture`, `cuGraphDestroy` |
+//! | `capture/Global`, `/ThreadLocal`, `/Relaxed` | `stream.create_graph_builder().begin_building(M)` on an existing stream, n × `launch(empty_kernel)`, `end_building()`, drop | `cuGraphCreate`, `cuStreamBeginCaptureToGraph(M)` (how the library captures, into its own graph), n × `cuLaunchKernel`, `cuStreamEndCapture`, `cuGraphDestroy` |
 //! | `capture+buf/Global` | the same with `add_one(int*)`, `&KernelArgs::new().arg(&buf)` per launch (one buffer for all) | the same with a one-entry `kernelParams` array |
 //! | `capture+typed/Global` | the same through the typed kernel: `launch(&add_one, config, &buf)`, the buffer borrowed (no `KernelArgs`) | as `capture+buf` |
 //! | `floor:capture/Global` | not the library: the raw calls of `capture/Global` with what [`Floor`] adds to each launch (a lock taken and released, the thread's bound-context note and the last kept module compared) | as `capture/Global` |
@@ -511,7 +511,7 @@ const RAW_SYMBOLS: &[&str] = &[
     "cuGraphLaunch",
     "cuGraphExecUpdate_v2",
 ];
-const CAPTURE_SYMBOL: &str = "cuStreamBeginCapture_v2";
+const CAPTURE_SYMBOL: &str = "cuStreamBeginCaptureToGraph";
 
 /// A raw graph, destroyed on drop.
 struct RawGraph(sys::CUgraph);
@@ -746,9 +746,9 @@ impl Raw {
         })
     }
 
-    /// `cuStreamBeginCapture_v2(mode)` + n launches + `cuStreamEndCapture`, which hands back the
-    /// graph the driver made: the fastest raw capture (no graph made beforehand). The capture is
-    /// always ended; a failed end returns no graph.
+    /// `cuGraphCreate` + `cuStreamBeginCaptureToGraph(mode)` + n launches + `cuStreamEndCapture`.
+    /// The capture is always ended; when ending fails the graph is leaked, not destroyed (the
+    /// driver may already have destroyed a graph whose capture failed).
     fn capture(&self, mode: Mode, n: usize, work: RawWork) -> Result<RawGraph, String> {
         self.capture_with(mode, n, |r| r.launch(work))
     }
@@ -760,9 +760,11 @@ impl Raw {
         n: usize,
         launch: impl Fn(&Raw) -> Result<(), String>,
     ) -> Result<RawGraph, String> {
-        // SAFETY: the stream is live and not capturing.
-        ok("cuStreamBeginCapture_v2", unsafe {
-            sys::cuStreamBeginCapture_v2(self.stream, mode.raw())
+        let graph = RawGraph::create()?;
+        // SAFETY: the stream is live and not capturing; `graph` is a live, empty graph; no
+        // dependencies.
+        ok("cuStreamBeginCaptureToGraph", unsafe {
+            sys::cuStreamBeginCaptureToGraph(self.stream, graph.0, null(), null(), 0, mode.raw())
         })?;
         let mut launched = Ok(());
         for _ in 0..n {
@@ -777,13 +779,12 @@ impl Raw {
             sys::cuStreamEndCapture(self.stream, &mut out)
         });
         if let Err(e) = ended {
+            std::mem::forget(graph);
             return Err(match launched {
                 Err(first) => format!("{first}; then {e}"),
                 Ok(()) => e,
             });
         }
-        // The driver's graph, owned from here on (destroyed on drop).
-        let graph = RawGraph(out);
         launched?;
         Ok(graph)
     }
