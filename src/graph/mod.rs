@@ -193,6 +193,16 @@ fn update_failure(v: u32) -> Option<UpdateFailure> {
 }
 
 impl Graph {
+    /// Takes the exec's lock ([`Rank::Exec`](crate::driver::lock_rank::Rank::Exec): before any
+    /// stream slot or tree lock).
+    #[inline]
+    pub(crate) fn lock_state(
+        &self,
+    ) -> crate::driver::lock_rank::Ranked<std::sync::MutexGuard<'_, ExecState>> {
+        use crate::driver::lock_rank::{Rank, Ranked};
+        Ranked::take(Rank::Exec, 0, || lock(&self.state))
+    }
+
     /// `cuGraphInstantiateWithParams`, with `result_out` checked before the exec is wrapped.
     pub(crate) fn instantiate(
         graph: &Arc<GraphHandle>,
@@ -580,18 +590,6 @@ fn release_when_idle(stream: Stream, job: crate::driver::release::Job) {
     if spawned.is_err() {
         // Never run early: what the job releases may still be in use.
         std::mem::forget(lock(&slot).take());
-    }
-}
-
-impl Graph {
-    /// Takes the exec's lock ([`Rank::Exec`](crate::driver::lock_rank::Rank::Exec): before any
-    /// stream slot or tree lock).
-    #[inline]
-    pub(crate) fn lock_state(
-        &self,
-    ) -> crate::driver::lock_rank::Ranked<std::sync::MutexGuard<'_, ExecState>> {
-        use crate::driver::lock_rank::{Rank, Ranked};
-        Ranked::take(Rank::Exec, 0, || lock(&self.state))
     }
 }
 
