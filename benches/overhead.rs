@@ -26,6 +26,7 @@
 //! | `capture+buf/Global` | the same with `add_one(int*)`, `&KernelArgs::new().arg(&buf)` per launch (one buffer for all) | the same with a one-entry `kernelParams` array |
 //! | `capture+typed/Global` | the same through the typed kernel: `launch(&add_one, config, &buf)`, the buffer borrowed (no `KernelArgs`) | as `capture+buf` |
 //! | `floor:capture/Global` | not the library: the raw calls of `capture/Global` with what [`Floor`] adds to each launch (a lock taken and released, the thread's bound-context note and the last kept module compared) | as `capture/Global` |
+//! | `paths:capture/Global`, `/ThreadLocal`, `/Relaxed` | not the library: the raw calls of `capture/M` (`cuGraphCreate` + `cuStreamBeginCaptureToGraph`) | `cuStreamBeginCapture_v2(M)` (the driver makes the graph), n × `cuLaunchKernel`, `cuStreamEndCapture`, `cuGraphDestroy`: whether a user's plainest capture is cheaper than the path the library takes |
 //! | `instantiate` | `ended.instantiate()` of a captured n-node graph, drop the `Graph` | `cuGraphInstantiateWithParams`, `cuGraphExecDestroy` |
 //! | `replay` | `graph.launch(&stream)`, `stream.synchronize()` (n-node exec) | `cuGraphLaunch`, `cuStreamSynchronize` |
 //! | `update` | `graph.update(&other)`, alternately from two ended builders of n `add_one` launches on two buffers (same topology) | `cuGraphExecUpdate_v2`, alternately from two graphs |
@@ -304,6 +305,8 @@ enum Case {
     CaptureTyped,
     /// Raw captured launches plus the least a safe wrapper adds (see [`Floor`]).
     FloorCapture,
+    /// Two raw capture paths: into a graph made first (the library's) against the driver's own.
+    PathCapture(Mode),
     Instantiate,
     Replay,
     Update,
@@ -313,13 +316,16 @@ enum Case {
     StreamLaunch,
 }
 
-const CASES: [Case; 12] = [
+const CASES: [Case; 15] = [
     Case::Capture(Mode::Global),
     Case::Capture(Mode::ThreadLocal),
     Case::Capture(Mode::Relaxed),
     Case::CaptureBuffer,
     Case::CaptureTyped,
     Case::FloorCapture,
+    Case::PathCapture(Mode::Global),
+    Case::PathCapture(Mode::ThreadLocal),
+    Case::PathCapture(Mode::Relaxed),
     Case::Instantiate,
     Case::Replay,
     Case::Update,
@@ -337,6 +343,9 @@ impl Case {
             Case::CaptureBuffer => "capture+buf/Global",
             Case::CaptureTyped => "capture+typed/Global",
             Case::FloorCapture => "floor:capture/Global",
+            Case::PathCapture(Mode::Global) => "paths:capture/Global",
+            Case::PathCapture(Mode::ThreadLocal) => "paths:capture/ThreadLocal",
+            Case::PathCapture(Mode::Relaxed) => "paths:capture/Relaxed",
             Case::Instantiate => "instantiate",
             Case::Replay => "replay",
             Case::Update => "update",
@@ -502,6 +511,7 @@ const RAW_SYMBOLS: &[&str] = &[
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
     "cuStreamEndCapture",
+    "cuStreamBeginCapture_v2",
     "cuLaunchKernel",
     "cuGraphCreate",
     "cuGraphDestroy",
@@ -785,6 +795,35 @@ impl Raw {
                 Ok(()) => e,
             });
         }
+        launched?;
+        Ok(graph)
+    }
+
+    /// `cuStreamBeginCapture_v2(mode)` + n empty launches + `cuStreamEndCapture`, which hands back
+    /// the graph the driver made. The capture is always ended; a failed end returns no graph.
+    fn capture_v2(&self, mode: Mode, n: usize) -> Result<RawGraph, String> {
+        // SAFETY: the stream is live and not capturing.
+        ok("cuStreamBeginCapture_v2", unsafe {
+            sys::cuStreamBeginCapture_v2(self.stream, mode.raw())
+        })?;
+        let mut launched = Ok(());
+        for _ in 0..n {
+            if let Err(e) = self.launch(RawWork::Empty) {
+                launched = Err(e);
+                break;
+            }
+        }
+        let mut out = null_mut();
+        // SAFETY: the stream captures (begun above, on this thread); `out` is a valid out pointer.
+        let ended = ok("cuStreamEndCapture", unsafe {
+            sys::cuStreamEndCapture(self.stream, &mut out)
+        });
+        ended.map_err(|e| match &launched {
+            Err(first) => format!("{first}; then {e}"),
+            Ok(()) => e,
+        })?;
+        // The driver's graph, owned from here on (destroyed on drop).
+        let graph = RawGraph(out);
         launched?;
         Ok(graph)
     }
@@ -1082,6 +1121,11 @@ impl<'a> Pair<'a> {
             (Case::Explicit, _) => timed(|| lib.explicit_chain(n)),
             (Case::StreamLaunch, _) => timed(|| lib.stream_launches(n)),
             (Case::FloorCapture | Case::FloorExplicit, _) => return self.floor_sample(),
+            (Case::PathCapture(mode), _) => {
+                let (n, raw) = (self.n, self.raw);
+                raw.bind()?;
+                return timed(|| raw.capture(mode, n, RawWork::Empty)?.destroy());
+            }
             (case, _) => {
                 return Err(format!(
                     "internal: {} was not prepared for the library side",
@@ -1141,6 +1185,7 @@ impl<'a> Pair<'a> {
             (Case::FloorCapture, _) => {
                 timed(|| raw.capture(Mode::Global, n, RawWork::Empty)?.destroy())
             }
+            (Case::PathCapture(mode), _) => timed(|| raw.capture_v2(mode, n)?.destroy()),
             (case, _) => Err(format!(
                 "internal: {} was not prepared for the raw side",
                 case.name()
