@@ -428,20 +428,22 @@ __device__ void block_best(float& v, int& at, float* best_v, int* best_i) {
 
 // The step's end in one kernel: logits = W · (rmsnorm(x) ∘ norm_w) a warp to a row (never
 // stored), each block's best (value, index) to part_v/part_i[blockIdx.x], then the last block
-// to arrive (a counter, zero at launch) takes the best of all — larger, or as large at a lower
-// index, so the order of arrival changes nothing — and ends the step as argmax_next does: the
-// next token unless the prompt still gives it, pos + 1; it sets the counter back to zero for the
-// next launch. Only that block reads or writes pos and tokens. part_v and part_i hold gridDim.x
-// entries. Dynamic shared memory: cols floats.
-extern "C" __global__ void lm_head_argmax(const float* __restrict__ w, const float* __restrict__ x,
-                                          const float* __restrict__ norm_w, int vocab, int cols,
-                                          float* part_v, int* part_i, unsigned* counter,
-                                          int* tokens, int* pos, int prompt_len, int max_t) {
-    extern __shared__ float4 xn4[];
+// to arrive (a counter in part_i[gridDim.x], zero at launch) takes the best of all — larger, or
+// as large at a lower index, so the order of arrival changes nothing — and ends the step as
+// argmax_next does: the next token unless the prompt still gives it, pos + 1; it sets the
+// counter back to zero for the next launch. Only that block reads or writes pos and tokens.
+// part_v holds gridDim.x entries, part_i gridDim.x + 1. Dynamic shared memory: cols floats.
+// Returns the new position in thread 0 of the last block, -1 in every other thread. xn4: the
+// kernel's dynamic shared memory.
+__device__ int lm_head_argmax_step(const float* __restrict__ w, const float* __restrict__ x,
+                                   const float* __restrict__ norm_w, int vocab, int cols,
+                                   float* part_v, int* part_i, int* tokens, int* pos,
+                                   int prompt_len, int max_t, float4* xn4) {
     __shared__ float red[33];
     __shared__ float best_v[32];
     __shared__ int best_i[32];
     __shared__ bool last;
+    unsigned* counter = (unsigned*)(part_i + gridDim.x);
     norm_to_shared(x, norm_w, (float*)xn4, cols, red);
     int lane = threadIdx.x % 32, n4 = cols / 4;
     int warps = blockDim.x / 32, all_warps = gridDim.x * warps;
@@ -460,7 +462,7 @@ extern "C" __global__ void lm_head_argmax(const float* __restrict__ w, const flo
         last = atomicAdd(counter, 1u) == gridDim.x - 1;
     }
     __syncthreads();
-    if (!last) return;  // the same for every thread of the block
+    if (!last) return -1;  // the same for every thread of the block
     __threadfence();
     v = -1e30f;
     at = 0;
@@ -470,10 +472,34 @@ extern "C" __global__ void lm_head_argmax(const float* __restrict__ w, const flo
         if (beats(bv, bi, v, at)) { v = bv; at = bi; }
     }
     block_best(v, at, best_v, best_i);
-    if (threadIdx.x == 0) {
-        int p = *pos;
-        if (p + 1 >= prompt_len && p + 1 < max_t) tokens[p + 1] = at;
-        *pos = p + 1;
-        *counter = 0u;
-    }
+    if (threadIdx.x != 0) return -1;
+    int p = *pos;
+    if (p + 1 >= prompt_len && p + 1 < max_t) tokens[p + 1] = at;
+    *pos = p + 1;
+    *counter = 0u;
+    return p + 1;
+}
+
+extern "C" __global__ void lm_head_argmax(const float* __restrict__ w, const float* __restrict__ x,
+                                          const float* __restrict__ norm_w, int vocab, int cols,
+                                          float* part_v, int* part_i, int* tokens, int* pos,
+                                          int prompt_len, int max_t) {
+    extern __shared__ float4 xn4[];
+    lm_head_argmax_step(w, x, norm_w, vocab, cols, part_v, part_i, tokens, pos, prompt_len,
+                        max_t, xn4);
+}
+
+// lm_head_argmax as a WHILE body's last kernel, with the countdown folded in: the loop runs
+// again while the cache has a row for the next step (the new position + 1 < max_t), the same
+// steps as `countdown` from max_t - 1. One kernel fewer per step than a separate countdown.
+extern "C" __global__ void lm_head_argmax_while(const float* __restrict__ w,
+                                                const float* __restrict__ x,
+                                                const float* __restrict__ norm_w, int vocab,
+                                                int cols, float* part_v, int* part_i,
+                                                int* tokens, int* pos, int prompt_len, int max_t,
+                                                unsigned long long handle) {
+    extern __shared__ float4 xn4[];
+    int p = lm_head_argmax_step(w, x, norm_w, vocab, cols, part_v, part_i, tokens, pos,
+                                prompt_len, max_t, xn4);
+    if (p >= 0) cudaGraphSetConditional(handle, p + 1 < max_t ? 1u : 0u);
 }

@@ -7,7 +7,7 @@
 //! 3. **static graph** — one step captured once; the position lives in device memory, so every
 //!    step is one `Graph::launch`;
 //! 4. **on the device** — one graph launch generates every token: a WHILE node whose body is the
-//!    step, the argmax feeding the next step, a countdown ending the loop.
+//!    step, the argmax feeding the next step and ending the loop when the cache is full.
 //!
 //! ```text
 //! cargo run --release --example decode --features nvrtc [-- tiny|small|all [RUNS] [--kernels cublas|fused|both]]
@@ -94,11 +94,15 @@ impl Config {
     /// final norm, LM head, argmax. fused: embed; per layer norm + QKV, rope + attention, output
     /// projection + residual, norm + gate/up + SiLU, down projection + residual; norm + LM head +
     /// argmax.
-    fn kernels_per_token(&self, set: KernelSet) -> usize {
-        match set {
-            KernelSet::Cublas => 1 + self.layers * 9 + 3,
-            KernelSet::Fused => 1 + self.layers * 5 + 1,
-        }
+    /// On the device the cublas set adds its countdown kernel; the fused set's LM head does
+    /// the countdown itself.
+    fn kernels_per_token(&self, set: KernelSet, mode: Mode) -> usize {
+        let countdown = usize::from(mode == Mode::OnDevice && set == KernelSet::Cublas);
+        countdown
+            + match set {
+                KernelSet::Cublas => 1 + self.layers * 9 + 3,
+                KernelSet::Fused => 1 + self.layers * 5 + 1,
+            }
     }
 }
 
@@ -227,8 +231,7 @@ type RopeAttention = Kernel<(
     i32,
     i32,
 )>;
-/// `lm_head_argmax(w, x, norm_w, vocab, cols, part_v, part_i, counter, tokens, pos, prompt_len,
-/// max_t)`.
+/// `lm_head_argmax(w, x, norm_w, vocab, cols, part_v, part_i, tokens, pos, prompt_len, max_t)`.
 type LmHeadArgmax = Kernel<(
     *const f32,
     *const f32,
@@ -237,11 +240,25 @@ type LmHeadArgmax = Kernel<(
     i32,
     *mut f32,
     *mut i32,
-    *mut u32,
     *mut i32,
     *mut i32,
     i32,
     i32,
+)>;
+/// `lm_head_argmax_while`: `lm_head_argmax`'s parameters and the WHILE node's handle.
+type LmHeadArgmaxWhile = Kernel<(
+    *const f32,
+    *const f32,
+    *const f32,
+    i32,
+    i32,
+    *mut f32,
+    *mut i32,
+    *mut i32,
+    *mut i32,
+    i32,
+    i32,
+    ConditionalHandle,
 )>;
 
 /// The typed kernels.
@@ -273,8 +290,10 @@ struct Kernels {
     /// rope_append + attention: (qkv, pos, k_cache, v_cache, out, d, head_dim, max_t).
     rope_attention: RopeAttention,
     /// Final norm, LM head and argmax_next: (w, x, norm_w, vocab, cols, part_v, part_i,
-    /// counter, tokens, pos, prompt_len, max_t).
+    /// tokens, pos, prompt_len, max_t); `part_i`'s entry past the grid counts arriving blocks.
     lm_head_argmax: LmHeadArgmax,
+    /// `lm_head_argmax` ending a WHILE body: it also sets the loop's condition (the countdown).
+    lm_head_argmax_while: LmHeadArgmaxWhile,
 }
 
 struct Layer {
@@ -307,11 +326,9 @@ struct Model {
     remaining: DeviceBuffer<i32>,
     /// The fused LM head's best value per block ([`GEMV_MAX_BLOCKS`]).
     part_v: DeviceBuffer<f32>,
-    /// The fused LM head's best index per block.
+    /// The fused LM head's best index per block, then its count of finished blocks (at the
+    /// grid's size; zero between launches: its last block sets it back).
     part_i: DeviceBuffer<i32>,
-    /// The fused LM head's count of finished blocks: zero between launches (its last block
-    /// sets it back).
-    arrived: DeviceBuffer<u32>,
 }
 
 /// A cuBLAS handle, destroyed on drop.
@@ -433,8 +450,7 @@ impl Model {
             pos: device.alloc_zeroed(1)?,
             remaining: device.alloc_zeroed(1)?,
             part_v: device.alloc_zeroed(GEMV_MAX_BLOCKS)?,
-            part_i: device.alloc_zeroed(GEMV_MAX_BLOCKS)?,
-            arrived: device.alloc_zeroed(1)?,
+            part_i: device.alloc_zeroed(GEMV_MAX_BLOCKS + 1)?,
             cfg,
         };
         stream.synchronize()?;
@@ -458,12 +474,39 @@ impl Model {
     fn step(&self, k: &Kernels, path: Path<'_>, s: &Stream) -> Result<(), Box<dyn Error>> {
         match path {
             Path::Cublas(blas) => self.step_cublas(k, blas, s),
-            Path::Fused(f) => self.step_fused(k, f, s),
+            Path::Fused(f) => self.step_fused(k, f, s, None),
         }
     }
 
-    /// [`Model::step`] with the fused kernels: 2 + 5 · layers launches, no cuBLAS.
-    fn step_fused(&self, k: &Kernels, f: &Fused, s: &Stream) -> Result<(), Box<dyn Error>> {
+    /// [`Model::step`] as a WHILE body (on a body's stream): it also sets the loop's condition
+    /// through `h`, true while the cache has a row for the next step. The fused set does it in
+    /// its last kernel; the cublas set launches `countdown` after the step.
+    fn step_in_while(
+        &self,
+        k: &Kernels,
+        path: Path<'_>,
+        s: &Stream,
+        h: ConditionalHandle,
+    ) -> Result<(), Box<dyn Error>> {
+        match path {
+            Path::Cublas(blas) => {
+                self.step_cublas(k, blas, s)?;
+                s.launch(&k.countdown, LaunchConfig::single(), (h, &self.remaining))?;
+                Ok(())
+            }
+            Path::Fused(f) => self.step_fused(k, f, s, Some(h)),
+        }
+    }
+
+    /// [`Model::step`] with the fused kernels: 2 + 5 · layers launches, no cuBLAS. With
+    /// `until`, the last kernel also sets that WHILE node's condition.
+    fn step_fused(
+        &self,
+        k: &Kernels,
+        f: &Fused,
+        s: &Stream,
+        until: Option<ConditionalHandle>,
+    ) -> Result<(), Box<dyn Error>> {
         let c = self.cfg;
         let (d, hd, mlp) = (c.d as i32, c.head_dim() as i32, c.mlp as i32);
         s.launch(
@@ -503,27 +546,25 @@ impl Model {
                 (&l.w_down, &self.act, &self.x, d, mlp),
             )?;
         }
-        if f.lm_head.grid.0 as usize > self.part_v.len() {
+        let blocks = f.lm_head.grid.0 as usize;
+        if blocks > self.part_v.len() || blocks >= self.part_i.len() {
             return Err("the LM head's grid exceeds its partials".into());
         }
-        s.launch(
-            &k.lm_head_argmax,
-            f.lm_head,
-            (
-                &self.lm_head,
-                &self.x,
-                &self.final_norm,
-                c.vocab as i32,
-                d,
-                &self.part_v,
-                &self.part_i,
-                &self.arrived,
-                &self.tokens,
-                &self.pos,
-                PROMPT as i32,
-                MAX_T as i32,
-            ),
-        )?;
+        let (w, x, norm, vocab) = (&self.lm_head, &self.x, &self.final_norm, c.vocab as i32);
+        let (pv, pi, tokens, pos) = (&self.part_v, &self.part_i, &self.tokens, &self.pos);
+        let (prompt, max_t) = (PROMPT as i32, MAX_T as i32);
+        match until {
+            None => s.launch(
+                &k.lm_head_argmax,
+                f.lm_head,
+                (w, x, norm, vocab, d, pv, pi, tokens, pos, prompt, max_t),
+            )?,
+            Some(h) => s.launch(
+                &k.lm_head_argmax_while,
+                f.lm_head,
+                (w, x, norm, vocab, d, pv, pi, tokens, pos, prompt, max_t, h),
+            )?,
+        }
         Ok(())
     }
 
@@ -653,12 +694,7 @@ impl Bench<'_> {
                 {
                     let body = b.add_while(&h)?.begin_building(ThreadLocal)?;
                     path.on(body.stream())?;
-                    m.step(self.k, path, body.stream())?;
-                    body.stream().launch(
-                        &self.k.countdown,
-                        LaunchConfig::single(),
-                        (h, &m.remaining),
-                    )?;
+                    m.step_in_while(self.k, path, body.stream(), h)?;
                     body.end_building()?;
                 }
                 Some(
@@ -838,6 +874,7 @@ fn run() -> Result<(), Box<dyn Error>> {
             gemv_residual: module.kernel("gemv_residual")?,
             rope_attention: module.kernel("rope_attention")?,
             lm_head_argmax: module.kernel("lm_head_argmax")?,
+            lm_head_argmax_while: module.kernel("lm_head_argmax_while")?,
         }
     };
     // cuBLAS only where the cublas set runs: the fused set does without it.
@@ -942,7 +979,7 @@ fn run() -> Result<(), Box<dyn Error>> {
                     steps / wall,
                     host / steps * 1e6,
                     gpu / steps * 1e3,
-                    cfg.kernels_per_token(set),
+                    cfg.kernels_per_token(set, mode),
                     checksum(&tokens),
                     set.name()
                 );
