@@ -575,6 +575,28 @@ pub enum Error {
         tried: String,
     },
 
+    /// NCCL (`libnccl`), which the collectives of `cuda_graph::nccl` (feature `nccl`) need, could
+    /// not be loaded.
+    #[error("NCCL (libnccl) could not be loaded (tried {tried}): install NCCL (the libnccl2 package, or the nvidia-nccl wheel) and put the directory of libnccl.so.2 on the library path (LD_LIBRARY_PATH)")]
+    NcclNotFound {
+        /// The library names tried.
+        tried: String,
+    },
+
+    /// An NCCL call failed (feature `nccl`): its `ncclResult_t`, read as the integer it is.
+    #[error("{call} failed: {name} ({code}){detail}")]
+    Nccl {
+        /// The NCCL entry point, e.g. `ncclAllReduce`.
+        call: &'static str,
+        /// The raw `ncclResult_t`, e.g. `5` (`ncclInvalidUsage`).
+        code: i32,
+        /// The result's name, e.g. `ncclInvalidUsage`, or NCCL's string for a code this crate does
+        /// not know.
+        name: String,
+        /// NCCL's last error message for the communicator, as `: <message>`, or empty.
+        detail: String,
+    },
+
     /// NVRTC refused the CUDA C++ source.
     #[error("NVRTC could not compile the source ({result}):\n{log}")]
     Compile {

@@ -71,6 +71,8 @@ mod error;
 mod graph;
 #[cfg(feature = "cudarc")]
 pub mod interop;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 mod runtime;
 mod version;
 

@@ -23,6 +23,8 @@ pub(crate) mod handoff;
 pub(crate) mod lock_rank;
 pub(crate) mod memory;
 pub(crate) mod module;
+#[cfg(feature = "nccl")]
+pub(crate) mod nccl;
 #[cfg(feature = "nvrtc")]
 pub(crate) mod nvrtc;
 pub(crate) mod release;

@@ -735,7 +735,7 @@ impl Stream {
     /// when it is dropped, and this crate cannot order that free after work on other streams.
     /// (In a capture the graph runs at launch, and the graph holds the buffer until its launches
     /// have finished.)
-    fn after_allocation<T: DeviceCopy>(
+    pub(crate) fn after_allocation<T: DeviceCopy>(
         &self,
         rec: &Recording<'_>,
         buf: &DeviceBuffer<T>,
@@ -755,7 +755,7 @@ impl Stream {
     /// that releases them, waits for the stream instead. (A host callback's thread never gets
     /// here: binding refuses it first.)
     #[inline]
-    fn hold_borrowed<'a, I>(&self, rec: &Recording<'_>, owners: I) -> Result<()>
+    pub(crate) fn hold_borrowed<'a, I>(&self, rec: &Recording<'_>, owners: I) -> Result<()>
     where
         I: IntoIterator<Item = super::OwnerRef<'a>>,
         I::IntoIter: Clone,
@@ -794,7 +794,7 @@ impl Stream {
     /// Holds `held` until the work queued on this stream so far has run (see
     /// [`hold_borrowed`](Self::hold_borrowed)).
     #[inline(never)]
-    fn hold_until_run(
+    pub(crate) fn hold_until_run(
         &self,
         held: smallvec::SmallVec<[crate::driver::graph::Owner; 2]>,
     ) -> Result<()> {
@@ -1012,7 +1012,7 @@ impl Stream {
         }
     }
 
-    fn same_context<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>) -> Result<()> {
+    pub(crate) fn same_context<T: DeviceCopy>(&self, buf: &DeviceBuffer<T>) -> Result<()> {
         if !Arc::ptr_eq(&buf.alloc.ctx, &self.handle.ctx)
             && buf.alloc.ctx.device != self.handle.ctx.device
         {
