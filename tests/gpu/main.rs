@@ -34,6 +34,8 @@ mod inspect;
 mod interop;
 mod kernels;
 mod memory;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod nodes;
 #[cfg(feature = "nvrtc")]
 mod nvrtc;
@@ -78,6 +80,11 @@ fn main() {
     let compiled = nvrtc::TESTS;
     #[cfg(not(feature = "nvrtc"))]
     let compiled: &[(&str, Needs, TestFn)] = &[];
+    // The NCCL tests exist with the `nccl` feature.
+    #[cfg(feature = "nccl")]
+    let collectives = nccl::TESTS;
+    #[cfg(not(feature = "nccl"))]
+    let collectives: &[(&str, Needs, TestFn)] = &[];
     for (name, needs, f) in foundation::TESTS
         .iter()
         .chain(builder::TESTS)
@@ -89,6 +96,7 @@ fn main() {
         .chain(interop::TESTS)
         .chain(adapters)
         .chain(compiled)
+        .chain(collectives)
         .chain(safety::TESTS)
         .chain(memory::TESTS)
         .chain(kernels::TESTS)

@@ -59,6 +59,9 @@ pub enum Needs {
     /// libnvrtc (`Device::compile`).
     #[allow(dead_code)] // used by the `nvrtc` feature's tests only
     Nvrtc,
+    /// libnccl (`cuda_graph::nccl`), and at least this many devices.
+    #[allow(dead_code)] // used by the `nccl` feature's tests only
+    Nccl(usize),
 }
 
 /// Why libcublas cannot be used here, if it cannot (checked without panicking: cudarc's loader
@@ -90,6 +93,21 @@ pub fn unmet(gpu: &Gpu, needs: Needs) -> Option<String> {
         },
         #[cfg(not(feature = "nvrtc"))]
         Needs::Nvrtc => Some("GPU test skipped: built without the `nvrtc` feature".into()),
+        #[cfg(feature = "nccl")]
+        Needs::Nccl(gpus) => {
+            let present = Device::count().ok()?;
+            if present < gpus {
+                return Some(format!("needs {gpus} GPUs ({present} present)"));
+            }
+            match cuda_graph::nccl::version() {
+                Err(Error::NcclNotFound { tried }) => Some(format!(
+                    "GPU test skipped: libnccl could not be loaded (tried {tried}); install NCCL (libnccl2, or pip's nvidia-nccl-cu12 / -cu13) and put the directory of libnccl.so.2 on LD_LIBRARY_PATH"
+                )),
+                _ => None,
+            }
+        }
+        #[cfg(not(feature = "nccl"))]
+        Needs::Nccl(_) => Some("GPU test skipped: built without the `nccl` feature".into()),
         Needs::Conditional(v) => {
             let cc = gpu.device.compute_capability().ok()?;
             if cc < (9, 0) {
