@@ -40,6 +40,9 @@ pub mod design {
     #[doc = include_str!("../docs/design/performance.md")]
     pub mod performance {}
 
+    #[doc = include_str!("../docs/design/nccl.md")]
+    pub mod nccl {}
+
     #[doc = include_str!("../docs/design/adding-a-node-kind.md")]
     pub mod adding_a_node_kind {}
 }

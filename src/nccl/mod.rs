@@ -3,8 +3,8 @@
 //! A [`Communicator`] is one rank of an NCCL communicator, on one device. Its collectives —
 //! [`all_reduce`](Communicator::all_reduce), [`all_gather`](Communicator::all_gather),
 //! [`reduce_scatter`](Communicator::reduce_scatter), [`broadcast`](Communicator::broadcast) —
-//! run on a [`Stream`](crate::Stream) or are recorded by a capturing
-//! [`GraphBuilder`](crate::GraphBuilder), so each GPU's graph holds its part of the collective
+//! run on a [`Stream`] or are recorded by a capturing
+//! [`GraphBuilder`], so each GPU's graph holds its part of the collective
 //! and a multi-GPU step is one graph launch per GPU. A graph that recorded a collective holds the
 //! communicator and the buffers as long as the graph and its execs live, as it holds what a
 //! captured kernel uses.
