@@ -33,6 +33,7 @@
 //! a `CudaStream`, `CudaSlice`s as buffers, `CudaFunction`s as kernels — in `interop::cudarc`.
 //! The feature `nvrtc` compiles CUDA C++ at run time (`Device::compile`, with NVRTC opened when
 //! first used), and `half` makes `half::f16` and `half::bf16` [`DeviceCopy`].
+//! The feature `nccl` adds NCCL collectives on streams and recorded into captures, in `nccl`.
 //!
 //! ## Example
 //! ```no_run

@@ -64,6 +64,9 @@ mod tests;
 pub use comm::Communicator;
 pub use group::group;
 
+static_assertions::assert_impl_all!(Communicator: Send, Sync, Clone, fmt::Debug);
+static_assertions::assert_impl_all!(UniqueId: Send, Sync, Copy, fmt::Debug);
+
 /// An element type NCCL reduces and moves: its `ncclDataType_t` ([`DataType`]).
 ///
 /// Implemented for `i8`, `u8`, `i32`, `u32`, `i64`, `u64`, `f32`, `f64`, and with the feature
