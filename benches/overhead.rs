@@ -22,11 +22,11 @@
 //!
 //! | case | library | raw driver calls |
 //! | --- | --- | --- |
-//! | `capture/Global`, `/ThreadLocal`, `/Relaxed` | `stream.create_graph_builder().begin_building(M)` on an existing stream, n × `launch(empty_kernel)`, `end_building()`, drop | `cuGraphCreate`, `cuStreamBeginCaptureToGraph(M)` (how the library captures, into its own graph), n × `cuLaunchKernel`, `cuStreamEndCapture`, `cuGraphDestroy` |
+//! | `capture/Global`, `/ThreadLocal`, `/Relaxed` | `stream.create_graph_builder().begin_building(M)` on an existing stream, n × `launch(empty_kernel)`, `end_building()`, drop | `cuStreamBeginCapture_v2(M)` (the fastest raw path: the driver makes the graph), n × `cuLaunchKernel`, `cuStreamEndCapture`, `cuGraphDestroy` |
 //! | `capture+buf/Global` | the same with `add_one(int*)`, `&KernelArgs::new().arg(&buf)` per launch (one buffer for all) | the same with a one-entry `kernelParams` array |
 //! | `capture+typed/Global` | the same through the typed kernel: `launch(&add_one, config, &buf)`, the buffer borrowed (no `KernelArgs`) | as `capture+buf` |
 //! | `floor:capture/Global` | not the library: the raw calls of `capture/Global` with what [`Floor`] adds to each launch (a lock taken and released, the thread's bound-context note and the last kept module compared) | as `capture/Global` |
-//! | `paths:capture/Global`, `/ThreadLocal`, `/Relaxed` | not the library: the raw calls of `capture/M` (`cuGraphCreate` + `cuStreamBeginCaptureToGraph`) | `cuStreamBeginCapture_v2(M)` (the driver makes the graph), n × `cuLaunchKernel`, `cuStreamEndCapture`, `cuGraphDestroy`: whether a user's plainest capture is cheaper than the path the library takes |
+//! | `paths:capture/Global`, `/ThreadLocal`, `/Relaxed` | not the library: the raw calls of `capture/M` into a graph made first (`cuGraphCreate` + `cuStreamBeginCaptureToGraph`, the path a conditional body's capture takes) | as `capture/M`: what a graph made beforehand costs the driver |
 //! | `instantiate` | `ended.instantiate()` of a captured n-node graph, drop the `Graph` | `cuGraphInstantiateWithParams`, `cuGraphExecDestroy` |
 //! | `replay` | `graph.launch(&stream)`, `stream.synchronize()` (n-node exec) | `cuGraphLaunch`, `cuStreamSynchronize` |
 //! | `update` | `graph.update(&other)`, alternately from two ended builders of n `add_one` launches on two buffers (same topology) | `cuGraphExecUpdate_v2`, alternately from two graphs |
@@ -305,7 +305,7 @@ enum Case {
     CaptureTyped,
     /// Raw captured launches plus the least a safe wrapper adds (see [`Floor`]).
     FloorCapture,
-    /// Two raw capture paths: into a graph made first (the library's) against the driver's own.
+    /// Two raw capture paths: into a graph made first (a body's) against the driver's own.
     PathCapture(Mode),
     Instantiate,
     Replay,
@@ -756,9 +756,9 @@ impl Raw {
         })
     }
 
-    /// `cuGraphCreate` + `cuStreamBeginCaptureToGraph(mode)` + n launches + `cuStreamEndCapture`.
-    /// The capture is always ended; when ending fails the graph is leaked, not destroyed (the
-    /// driver may already have destroyed a graph whose capture failed).
+    /// `cuStreamBeginCapture_v2(mode)` + n launches + `cuStreamEndCapture`, which hands back the
+    /// graph the driver made: the fastest raw capture (no graph made beforehand). The capture is
+    /// always ended; a failed end returns no graph.
     fn capture(&self, mode: Mode, n: usize, work: RawWork) -> Result<RawGraph, String> {
         self.capture_with(mode, n, |r| r.launch(work))
     }
@@ -770,6 +770,39 @@ impl Raw {
         n: usize,
         launch: impl Fn(&Raw) -> Result<(), String>,
     ) -> Result<RawGraph, String> {
+        // SAFETY: the stream is live and not capturing.
+        ok("cuStreamBeginCapture_v2", unsafe {
+            sys::cuStreamBeginCapture_v2(self.stream, mode.raw())
+        })?;
+        let mut launched = Ok(());
+        for _ in 0..n {
+            if let Err(e) = launch(self) {
+                launched = Err(e);
+                break;
+            }
+        }
+        let mut out = null_mut();
+        // SAFETY: the stream captures (begun above, on this thread); `out` is a valid out pointer.
+        let ended = ok("cuStreamEndCapture", unsafe {
+            sys::cuStreamEndCapture(self.stream, &mut out)
+        });
+        if let Err(e) = ended {
+            return Err(match launched {
+                Err(first) => format!("{first}; then {e}"),
+                Ok(()) => e,
+            });
+        }
+        // The driver's graph, owned from here on (destroyed on drop).
+        let graph = RawGraph(out);
+        launched?;
+        Ok(graph)
+    }
+
+    /// `cuGraphCreate` + `cuStreamBeginCaptureToGraph(mode)` + n empty launches +
+    /// `cuStreamEndCapture`: a capture into a graph made first. The capture is always ended;
+    /// when ending fails the graph is leaked, not destroyed (the driver may already have
+    /// destroyed a graph whose capture failed).
+    fn capture_to_graph(&self, mode: Mode, n: usize) -> Result<RawGraph, String> {
         let graph = RawGraph::create()?;
         // SAFETY: the stream is live and not capturing; `graph` is a live, empty graph; no
         // dependencies.
@@ -778,7 +811,7 @@ impl Raw {
         })?;
         let mut launched = Ok(());
         for _ in 0..n {
-            if let Err(e) = launch(self) {
+            if let Err(e) = self.launch(RawWork::Empty) {
                 launched = Err(e);
                 break;
             }
@@ -795,35 +828,6 @@ impl Raw {
                 Ok(()) => e,
             });
         }
-        launched?;
-        Ok(graph)
-    }
-
-    /// `cuStreamBeginCapture_v2(mode)` + n empty launches + `cuStreamEndCapture`, which hands back
-    /// the graph the driver made. The capture is always ended; a failed end returns no graph.
-    fn capture_v2(&self, mode: Mode, n: usize) -> Result<RawGraph, String> {
-        // SAFETY: the stream is live and not capturing.
-        ok("cuStreamBeginCapture_v2", unsafe {
-            sys::cuStreamBeginCapture_v2(self.stream, mode.raw())
-        })?;
-        let mut launched = Ok(());
-        for _ in 0..n {
-            if let Err(e) = self.launch(RawWork::Empty) {
-                launched = Err(e);
-                break;
-            }
-        }
-        let mut out = null_mut();
-        // SAFETY: the stream captures (begun above, on this thread); `out` is a valid out pointer.
-        let ended = ok("cuStreamEndCapture", unsafe {
-            sys::cuStreamEndCapture(self.stream, &mut out)
-        });
-        ended.map_err(|e| match &launched {
-            Err(first) => format!("{first}; then {e}"),
-            Ok(()) => e,
-        })?;
-        // The driver's graph, owned from here on (destroyed on drop).
-        let graph = RawGraph(out);
         launched?;
         Ok(graph)
     }
@@ -1124,7 +1128,7 @@ impl<'a> Pair<'a> {
             (Case::PathCapture(mode), _) => {
                 let (n, raw) = (self.n, self.raw);
                 raw.bind()?;
-                return timed(|| raw.capture(mode, n, RawWork::Empty)?.destroy());
+                return timed(|| raw.capture_to_graph(mode, n)?.destroy());
             }
             (case, _) => {
                 return Err(format!(
@@ -1185,7 +1189,9 @@ impl<'a> Pair<'a> {
             (Case::FloorCapture, _) => {
                 timed(|| raw.capture(Mode::Global, n, RawWork::Empty)?.destroy())
             }
-            (Case::PathCapture(mode), _) => timed(|| raw.capture_v2(mode, n)?.destroy()),
+            (Case::PathCapture(mode), _) => {
+                timed(|| raw.capture(mode, n, RawWork::Empty)?.destroy())
+            }
             (case, _) => Err(format!(
                 "internal: {} was not prepared for the raw side",
                 case.name()
