@@ -8,6 +8,7 @@
 //! integer it is, as NVRTC's results are (a result a newer NCCL adds is never an invalid enum).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys as cu;
@@ -236,10 +237,34 @@ pub(crate) struct CommHandle {
     pub(crate) raw: sys::ncclComm_t,
     pub(crate) rank: usize,
     pub(crate) nranks: usize,
+    /// Set while one thread's call (or open group) uses the communicator: NCCL's calls on one
+    /// communicator are not thread-safe, so a second thread is refused, never let in.
+    busy: AtomicBool,
 }
 
-// SAFETY: an NCCL communicator may be used from any thread; the crate issues work on it under a
-// stream's slot (and a capture's tree lock), and NCCL serialises its own state per call.
+impl CommHandle {
+    /// Claims the communicator for this thread's NCCL calls until [`unclaim`](Self::unclaim);
+    /// refused while another claim holds it.
+    pub(crate) fn claim(&self) -> Result<()> {
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .map(drop)
+            .map_err(|_| {
+                Error::invalid(
+                    crate::error::Refusal::Other,
+                    "this communicator is in use on another thread (or by an open `nccl::group` there): NCCL takes one thread's calls on a communicator at a time; give each thread its own communicator, or order the calls",
+                )
+            })
+    }
+
+    /// Ends a [`claim`](Self::claim).
+    pub(crate) fn unclaim(&self) {
+        self.busy.store(false, Ordering::Release);
+    }
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one thread's calls at a time: every
+// call on it is made under a claim (`busy`), which a second thread cannot take.
 unsafe impl Send for CommHandle {}
 // SAFETY: as above.
 unsafe impl Sync for CommHandle {}
@@ -283,6 +308,7 @@ pub(crate) fn init_all(ctxs: &[Arc<PrimaryContext>]) -> Result<Vec<Arc<CommHandl
                 raw,
                 rank,
                 nranks: ctxs.len(),
+                busy: AtomicBool::new(false),
             })
         })
         .collect())
@@ -316,6 +342,7 @@ pub(crate) fn init_rank(
         raw,
         rank,
         nranks,
+        busy: AtomicBool::new(false),
     }))
 }
 

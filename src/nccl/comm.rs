@@ -308,6 +308,15 @@ impl Communicator {
             }
             stream.after_allocation(rec, send)?;
             stream.after_allocation(rec, recv)?;
+            // One thread's calls at a time on a communicator: a group holds its claim until it
+            // ends; a lone call until it returns (`_claim`'s drop).
+            let _claim = if grouped {
+                group::claim(&self.handle)?;
+                None
+            } else {
+                self.handle.claim()?;
+                Some(Unclaim(&self.handle))
+            };
             rec.keep(&self.handle);
             rec.keep(&send.alloc);
             rec.keep(&recv.alloc);
@@ -426,4 +435,13 @@ pub(super) fn counts(
         ));
     }
     Ok(if send_parts > 1 { recv } else { send })
+}
+
+/// Ends a communicator's claim when dropped (after the call, or on an error or panic).
+struct Unclaim<'a>(&'a crate::driver::nccl::CommHandle);
+
+impl Drop for Unclaim<'_> {
+    fn drop(&mut self) {
+        self.0.unclaim();
+    }
 }

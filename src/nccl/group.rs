@@ -2,7 +2,10 @@
 
 use std::cell::RefCell;
 
+use std::sync::Arc;
+
 use crate::driver::graph::Owner;
+use crate::driver::nccl::CommHandle;
 use crate::error::Result;
 use crate::Stream;
 
@@ -12,6 +15,8 @@ use crate::Stream;
 struct Open {
     depth: usize,
     held: Vec<(Stream, Vec<Owner>)>,
+    /// The communicators this thread's open group has claimed, released at its end.
+    claimed: Vec<Arc<CommHandle>>,
 }
 
 thread_local! {
@@ -21,6 +26,21 @@ thread_local! {
 /// Whether a group is open on this thread.
 pub(super) fn open() -> bool {
     OPEN.with(|o| o.borrow().depth > 0)
+}
+
+/// Claims `comm` for the open group on this thread until its outermost group has ended (NCCL
+/// uses grouped collectives' communicators until then); a communicator the group already holds
+/// is not claimed again.
+pub(super) fn claim(comm: &Arc<CommHandle>) -> Result<()> {
+    OPEN.with(|o| {
+        let mut o = o.borrow_mut();
+        if o.claimed.iter().any(|c| Arc::ptr_eq(c, comm)) {
+            return Ok(());
+        }
+        comm.claim()?;
+        o.claimed.push(comm.clone());
+        Ok(())
+    })
 }
 
 /// Holds `owners`, used by a collective issued on `stream` inside the open group, until the
@@ -77,15 +97,18 @@ pub fn group<R>(f: impl FnOnce() -> Result<R>) -> Result<R> {
     impl Drop for Close {
         fn drop(&mut self) {
             let ended = crate::driver::nccl::group_end();
-            let held = OPEN.with(|o| {
+            let (held, claimed) = OPEN.with(|o| {
                 let mut o = o.borrow_mut();
                 o.depth -= 1;
                 if o.depth == 0 {
-                    std::mem::take(&mut o.held)
+                    (std::mem::take(&mut o.held), std::mem::take(&mut o.claimed))
                 } else {
-                    Vec::new()
+                    (Vec::new(), Vec::new())
                 }
             });
+            for comm in claimed {
+                comm.unclaim();
+            }
             for (stream, owners) in held {
                 // Until the work NCCL just launched on the stream has run (the host function
                 // queued behind it, or a wait for the stream).

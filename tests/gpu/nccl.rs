@@ -16,7 +16,8 @@ crate::gpu_tests! {
         one_rank_collectives_replay_from_a_graph,
         graph_keeps_communicator_and_buffers_alive,
         refusals_leave_the_capture_usable,
-        groups_run_on_plain_streams_only;
+        groups_run_on_plain_streams_only,
+        a_communicator_takes_one_threads_calls_at_a_time;
     Needs::Nccl(2) =>
         two_devices_all_reduce_in_graphs,
         stream_of_another_device_is_refused;
@@ -218,6 +219,45 @@ fn groups_run_on_plain_streams_only(gpu: &Gpu) -> TestResult {
     assert_eq!(e.refusal(), Some(Refusal::Size));
     comm.all_reduce(&s, &x, &y, ReduceOp::Sum)?; // outside any group again
     s.synchronize()?;
+    Ok(())
+}
+
+/// NCCL's calls on one communicator are not thread-safe: while a group on one thread holds the
+/// communicator, a call from another thread is refused (not let in), and goes through once the
+/// group has ended.
+fn a_communicator_takes_one_threads_calls_at_a_time(gpu: &Gpu) -> TestResult {
+    let comm = Communicator::for_device(&gpu.device)?;
+    let (sa, sb) = (gpu.stream(), gpu.stream());
+    let x = gpu.device.htod(&[2i32, 3])?;
+    let (ya, yb) = (
+        gpu.device.alloc_zeroed::<i32>(2)?,
+        gpu.device.alloc_zeroed::<i32>(2)?,
+    );
+    let inside = std::sync::Barrier::new(2);
+    let tried = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| -> TestResult {
+        let holder = scope.spawn(|| -> cuda_graph::Result<()> {
+            nccl::group(|| {
+                comm.all_reduce(&sa, &x, &ya, ReduceOp::Sum)?;
+                inside.wait();
+                tried.wait();
+                Ok(())
+            })
+        });
+        inside.wait();
+        let refused = comm.all_reduce(&sb, &x, &yb, ReduceOp::Sum);
+        tried.wait();
+        holder.join().expect("the group's thread")?;
+        let e = refused.expect_err("a call while another thread's group holds the communicator");
+        assert_eq!(e.refusal(), Some(Refusal::Other), "{e}");
+        Ok(())
+    })?;
+    // Free again: the same call goes through.
+    comm.all_reduce(&sb, &x, &yb, ReduceOp::Sum)?;
+    sa.synchronize()?;
+    sb.synchronize()?;
+    assert_eq!(ya.to_vec()?, [2, 3]);
+    assert_eq!(yb.to_vec()?, [2, 3]);
     Ok(())
 }
 
