@@ -7,7 +7,9 @@
 #   bash gpu-bundle/run-all.sh       # there (from the repository root, or anywhere)
 #   SANITIZE=1 bash gpu-bundle/run-all.sh   # the GPU suite and a short soak under compute-sanitizer memcheck
 #   SANITIZE=1 SANITIZE_API=1 ...           # ... also listing driver calls that returned errors
-#   (run-all.sh puts /usr/local/cuda/lib64 on LD_LIBRARY_PATH, where cudarc finds libcublas)
+#   (run-all.sh puts /usr/local/cuda/lib64 on LD_LIBRARY_PATH, where cudarc finds libcublas,
+#   and the lib folder of the `nvidia-nccl` Python wheel if one is installed, where the crate's
+#   `nccl` feature finds libnccl.so.2; the NCCL tests are ignored without it)
 #   SOAK_CYCLES=100000 gpu-bundle/example-soak   # the full leak soak; run-all.sh runs it with
 #                                                # its default of 2000 cycles per loop
 set -euo pipefail
@@ -29,7 +31,7 @@ for line in sys.stdin:
 # Tests and examples with the `cudarc` and `nvrtc` features: the adapters' GPU tests,
 # examples/cublas_capture.rs, the NVRTC tests and examples/quickstart.rs exist only with them.
 {
-  exes test --release --no-run --tests --features cudarc,nvrtc,half
+  exes test --release --no-run --tests --features cudarc,nvrtc,half,nccl
   exes bench --no-run
   exes build --release --examples --features cudarc,nvrtc,half
 } | sort -u | while read -r kind name path; do
@@ -62,6 +64,9 @@ status=0
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
+# libnccl from the nvidia-nccl wheel (PyTorch's), where no system NCCL is installed.
+nccl_lib="$(python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)"
+[ -n "$nccl_lib" ] && [ -d "$nccl_lib" ] && export LD_LIBRARY_PATH="$nccl_lib:$LD_LIBRARY_PATH"
 run() { echo "=== $*"; "$@" || { echo "!!! FAILED: $*"; status=1; }; }
 for t in "$here"/unit-* "$here"/test-*; do
   [ -x "$t" ] || continue
