@@ -26,7 +26,7 @@
 //! | `capture+buf/Global` | the same with `add_one(int*)`, `&KernelArgs::new().arg(&buf)` per launch (one buffer for all) | the same with a one-entry `kernelParams` array |
 //! | `capture+typed/Global` | the same through the typed kernel: `launch(&add_one, config, &buf)`, the buffer borrowed (no `KernelArgs`) | as `capture+buf` |
 //! | `floor:capture/Global` | not the library: the raw calls of `capture/Global` with what [`Floor`] adds to each launch (a lock taken and released, the thread's bound-context note and the last kept module compared) | as `capture/Global` |
-//! | `paths:capture/Global`, `/ThreadLocal`, `/Relaxed` | not the library: the raw calls of `capture/M` into a graph made first (`cuGraphCreate` + `cuStreamBeginCaptureToGraph`, the path a conditional body's capture takes) | as `capture/M`: what a graph made beforehand costs the driver |
+//! | `paths:capture/Global`, `/ThreadLocal`, `/Relaxed` | not the library: the raw calls of `capture/M` into a graph made first (`cuGraphCreate` + `cuStreamBeginCaptureToGraph`, the library's path for every capture) | as `capture/M`: what a graph made beforehand costs the driver |
 //! | `instantiate` | `ended.instantiate()` of a captured n-node graph, drop the `Graph` | `cuGraphInstantiateWithParams`, `cuGraphExecDestroy` |
 //! | `replay` | `graph.launch(&stream)`, `stream.synchronize()` (n-node exec) | `cuGraphLaunch`, `cuStreamSynchronize` |
 //! | `update` | `graph.update(&other)`, alternately from two ended builders of n `add_one` launches on two buffers (same topology) | `cuGraphExecUpdate_v2`, alternately from two graphs |
@@ -305,7 +305,7 @@ enum Case {
     CaptureTyped,
     /// Raw captured launches plus the least a safe wrapper adds (see [`Floor`]).
     FloorCapture,
-    /// Two raw capture paths: into a graph made first (a body's) against the driver's own.
+    /// Two raw capture paths: into a graph made first (the library's) against the driver's own.
     PathCapture(Mode),
     Instantiate,
     Replay,
