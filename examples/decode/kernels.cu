@@ -266,19 +266,6 @@ __device__ __forceinline__ float2 warp_dot2(const float4* __restrict__ wa,
     return make_float2(warp_sum(a0 + a1), warp_sum(b0 + b1));
 }
 
-// Asks L2 for this warp's rows r, r + stride, ... (at most `most` of them, each `cols` floats)
-// of W: the GEMVs that first normalise x issue it before, so the weights stream in while the
-// norm is computed (the rows do not depend on x). One 128-byte line per lane at a time.
-__device__ __forceinline__ void prefetch_rows(const float* w, int r, int stride, int rows,
-                                              int cols, int most, int lane) {
-    u64 bytes = (u64)cols * 4;
-    for (int k = 0; k < most && r < rows; k++, r += stride) {
-        const char* row = (const char*)(w + (u64)r * cols);
-        for (u64 off = (u64)lane * 128; off < bytes; off += 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
-    }
-}
-
 // The block's copy of rmsnorm(x) ∘ norm_w (n floats) in shared memory `xn`, as `rmsnorm`
 // computes it; `red` holds 33 floats. Ends with a barrier: xn is ready for every warp.
 __device__ void norm_to_shared(const float* __restrict__ x, const float* __restrict__ norm_w,
@@ -298,10 +285,9 @@ extern "C" __global__ void rms_gemv(const float* __restrict__ w, const float* __
                                     int rows, int cols) {
     extern __shared__ float4 xn4[];
     __shared__ float red[33];
+    norm_to_shared(x, norm_w, (float*)xn4, cols, red);
     int lane = threadIdx.x % 32, n4 = cols / 4;
     int warps = blockDim.x / 32, all_warps = gridDim.x * warps;
-    prefetch_rows(w, blockIdx.x * warps + threadIdx.x / 32, all_warps, rows, cols, 4, lane);
-    norm_to_shared(x, norm_w, (float*)xn4, cols, red);
     for (int r = blockIdx.x * warps + threadIdx.x / 32; r < rows; r += all_warps) {
         float s = warp_dot((const float4*)(w + (u64)r * cols), xn4, n4, lane);
         if (lane == 0) y[r] = s;
@@ -316,13 +302,10 @@ extern "C" __global__ void rms_gate_up_silu(const float* __restrict__ w,
                                             float* __restrict__ act, int mlp, int cols) {
     extern __shared__ float4 xn4[];
     __shared__ float red[33];
+    norm_to_shared(x, norm_w, (float*)xn4, cols, red);
     int lane = threadIdx.x % 32, n4 = cols / 4;
     int warps = blockDim.x / 32, all_warps = gridDim.x * warps;
-    int first = blockIdx.x * warps + threadIdx.x / 32;
-    prefetch_rows(w, first, all_warps, mlp, cols, 2, lane);                        // gate rows
-    prefetch_rows(w + (u64)mlp * cols, first, all_warps, mlp, cols, 2, lane);      // up rows
-    norm_to_shared(x, norm_w, (float*)xn4, cols, red);
-    for (int i = first; i < mlp; i += all_warps) {
+    for (int i = blockIdx.x * warps + threadIdx.x / 32; i < mlp; i += all_warps) {
         float2 gu = warp_dot2((const float4*)(w + (u64)i * cols),
                               (const float4*)(w + (u64)(mlp + i) * cols), xn4, n4, lane);
         if (lane == 0) act[i] = gu.x / (1.0f + __expf(-gu.x)) * gu.y;
@@ -342,32 +325,24 @@ extern "C" __global__ void gemv_residual(const float* __restrict__ w, const floa
     }
 }
 
-// rope_append and attention in one kernel, split over the cache (flash-decoding): block
-// (head, s) of a (heads, splits) grid takes cache rows [s·chunk, (s+1)·chunk) of rows 0..=pos,
-// chunk = ceil((pos + 1) / splits). Each block rotates this head's q into shared memory; the
-// block whose rows hold pos also rotates k and copies v into the caches' row pos (only it reads
-// that row, after its barrier: plain loads, not the read-only cache). Each block writes its
-// partial softmax — its rows' max score m, sum of exp(score − m), and the v rows weighted by
-// exp(score − m) — to part[(head · splits + s) · (head_dim + 2)]; the last block of the head to
-// arrive (counters[head], zero at launch) combines them in split order (so the order of arrival
-// changes nothing), writes out and sets the counter back to zero. Dynamic shared memory: max_t
-// scores. Positions at or past max_t are refused (nothing is written). blockDim.x: a multiple of
-// 32, at most 1024 (partial has a row per warp). part: heads · splits · (head_dim + 2) floats.
+// rope_append and attention in one kernel, one block per head: this head's q rotated into
+// shared memory, its k rotated and its v copied into the caches' row pos (the block writes only
+// its own head's columns, and only it reads them), a barrier, then the query over rows
+// 0..=pos as `attention` does it. The caches are read with plain loads (not through the
+// read-only cache): row pos was written by this block in this launch. Dynamic shared memory:
+// max_t scores. Positions at or past max_t are refused (nothing is written). blockDim.x: a
+// multiple of 32, at most 1024 (partial has a row per warp).
 extern "C" __global__ void rope_attention(const float* __restrict__ qkv, const int* pos,
                                           float* k_cache, float* v_cache,
                                           float* __restrict__ out, int d, int head_dim,
-                                          int max_t, float* part, unsigned* counters) {
+                                          int max_t) {
     extern __shared__ float scores[];
     __shared__ float q[MAX_HEAD_DIM];
     __shared__ float red[33];
     __shared__ float partial[32][MAX_HEAD_DIM];
-    __shared__ bool last;
-    int head = blockIdx.x, split = blockIdx.y, splits = gridDim.y, p = *pos;
+    int head = blockIdx.x, p = *pos;
     if (p < 0 || p >= max_t || head_dim > MAX_HEAD_DIM) return;  // the same for every thread
     int n = p + 1, half = head_dim / 2, base = head * head_dim;
-    int chunk = (n + splits - 1) / splits;
-    int t0 = min(split * chunk, n), t1 = min(t0 + chunk, n);
-    bool owns_p = t0 <= p && p < t1;
     float* k_row = k_cache + (u64)p * d + base;
     float* v_row = v_cache + (u64)p * d + base;
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
@@ -377,28 +352,25 @@ extern "C" __global__ void rope_attention(const float* __restrict__ qkv, const i
         float q0 = qkv[base + j], q1 = qkv[base + j + half];
         q[j] = q0 * c - q1 * s;
         q[j + half] = q0 * s + q1 * c;
-        if (owns_p) {
-            float k0 = qkv[d + base + j], k1 = qkv[d + base + j + half];
-            k_row[j] = k0 * c - k1 * s;
-            k_row[j + half] = k0 * s + k1 * c;
-        }
+        float k0 = qkv[d + base + j], k1 = qkv[d + base + j + half];
+        k_row[j] = k0 * c - k1 * s;
+        k_row[j + half] = k0 * s + k1 * c;
     }
-    if (owns_p)
-        for (int j = threadIdx.x; j < head_dim; j += blockDim.x) v_row[j] = qkv[2 * d + base + j];
-    __syncthreads();  // q in shared memory, and (where owned) the cache row pos, seen by the block
+    for (int j = threadIdx.x; j < head_dim; j += blockDim.x) v_row[j] = qkv[2 * d + base + j];
+    __syncthreads();  // q in shared memory, and this head's cache row pos, seen by the block
 
     float scale = rsqrtf((float)head_dim);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    for (int t = t0 + warp; t < t1; t += warps) {
+    for (int t = warp; t < n; t += warps) {
         const float* k = k_cache + (u64)t * d + base;
         float s = 0.0f;
         for (int j = lane; j < head_dim; j += 32) s += q[j] * k[j];
         s = warp_sum(s);
-        if (lane == 0) scores[t - t0] = s * scale;
+        if (lane == 0) scores[t] = s * scale;
     }
     __syncthreads();
     float m = -1e30f;
-    for (int t = threadIdx.x; t < t1 - t0; t += blockDim.x) m = fmaxf(m, scores[t]);
+    for (int t = threadIdx.x; t < n; t += blockDim.x) m = fmaxf(m, scores[t]);
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
     if (lane == 0) red[warp] = m;
     __syncthreads();
@@ -406,7 +378,7 @@ extern "C" __global__ void rope_attention(const float* __restrict__ qkv, const i
     for (int w = 0; w < warps; w++) m = fmaxf(m, red[w]);
     __syncthreads();  // every thread has read red before block_total writes it again
     float sum = 0.0f;
-    for (int t = threadIdx.x; t < t1 - t0; t += blockDim.x) {
+    for (int t = threadIdx.x; t < n; t += blockDim.x) {
         float e = __expf(scores[t] - m);
         scores[t] = e;  // each t by the one thread that read it
         sum += e;
@@ -414,8 +386,8 @@ extern "C" __global__ void rope_attention(const float* __restrict__ qkv, const i
     sum = block_total(sum, red);  // its barriers also publish the scores
     float acc[MAX_HEAD_DIM / 32];
     for (int r = 0; r < MAX_HEAD_DIM / 32; r++) acc[r] = 0.0f;
-    for (int t = t0 + warp; t < t1; t += warps) {
-        float pr = scores[t - t0];
+    for (int t = warp; t < n; t += warps) {
+        float pr = scores[t];
         const float* v = v_cache + (u64)t * d + base;
         for (int r = 0; r < MAX_HEAD_DIM / 32; r++) {
             int j = lane + 32 * r;
@@ -427,43 +399,11 @@ extern "C" __global__ void rope_attention(const float* __restrict__ qkv, const i
         if (j < head_dim) partial[warp][j] = acc[r];
     }
     __syncthreads();
-    int stride = head_dim + 2;
-    float* mine = part + (u64)(head * splits + split) * stride;
     for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
         float total = 0.0f;
         for (int w = 0; w < warps; w++) total += partial[w][j];
-        mine[j] = total;
+        out[base + j] = total / sum;
     }
-    if (threadIdx.x == 0) {
-        mine[head_dim] = m;
-        mine[head_dim + 1] = sum;  // 0 for a block without rows: it adds nothing below
-    }
-    __syncthreads();  // the block's partial written before its thread 0 counts it
-    if (threadIdx.x == 0) {
-        __threadfence();  // the partial is visible to every block before the count says so
-        last = atomicAdd(counters + head, 1u) == (unsigned)splits - 1;
-    }
-    __syncthreads();
-    if (!last) return;  // the same for every thread of the block
-    __threadfence();
-    const float* head_part = part + (u64)head * splits * stride;
-    float big = -1e30f;
-    for (int s = 0; s < splits; s++) big = fmaxf(big, __ldcg(head_part + s * stride + head_dim));
-    float total_sum = 0.0f;
-    for (int s = 0; s < splits; s++) {
-        const float* ps = head_part + s * stride;
-        total_sum += __ldcg(ps + head_dim + 1) * __expf(__ldcg(ps + head_dim) - big);
-    }
-    for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
-        float o = 0.0f;
-        for (int s = 0; s < splits; s++) {
-            const float* ps = head_part + s * stride;
-            o += __ldcg(ps + j) * __expf(__ldcg(ps + head_dim) - big);
-        }
-        out[base + j] = o / total_sum;
-    }
-    __syncthreads();  // every thread has read the partials before the counter frees them
-    if (threadIdx.x == 0) counters[head] = 0u;
 }
 
 // (v, i) beats (bv, bi): larger, or as large at a lower index — the order argmax_next keeps.
@@ -504,10 +444,9 @@ __device__ int lm_head_argmax_step(const float* __restrict__ w, const float* __r
     __shared__ int best_i[32];
     __shared__ bool last;
     unsigned* counter = (unsigned*)(part_i + gridDim.x);
+    norm_to_shared(x, norm_w, (float*)xn4, cols, red);
     int lane = threadIdx.x % 32, n4 = cols / 4;
     int warps = blockDim.x / 32, all_warps = gridDim.x * warps;
-    prefetch_rows(w, blockIdx.x * warps + threadIdx.x / 32, all_warps, vocab, cols, 8, lane);
-    norm_to_shared(x, norm_w, (float*)xn4, cols, red);
     // argmax_next's start: nothing at or below -1e30 beats index 0.
     float v = -1e30f;
     int at = 0;

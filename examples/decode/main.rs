@@ -130,17 +130,9 @@ const GEMV_THREADS: u32 = 256;
 /// the kernels' register use; more rows are taken in turn by the same warps. Also the length of
 /// the LM head's per-block partials.
 const GEMV_MAX_BLOCKS: usize = 4 * 132;
-/// Threads of a fused attention block: 8 warps.
-const ATTENTION_THREADS: u32 = 256;
-/// Blocks of the fused attention, about one per SM of an H100: each head's cache rows are split
-/// over `ATTENTION_BLOCKS / heads` blocks (one block per head leaves most SMs idle and walks
-/// every row in turn).
-const ATTENTION_BLOCKS: usize = 128;
-
-/// How many blocks share one head's cache rows in the fused attention.
-fn attention_splits(c: &Config) -> usize {
-    (ATTENTION_BLOCKS / c.heads.max(1)).max(1)
-}
+/// Threads of the fused attention's block (one block per head): 32 warps, so that each walks
+/// few cache rows (a head's block is alone on its SM; 8 warps took about 27 µs a layer on small).
+const ATTENTION_THREADS: u32 = 1024;
 
 /// The fused set's launches for one configuration, checked once on the host: row lengths that
 /// are multiples of 4 (float4 loads), shared memory within the 48 KiB a launch gets without
@@ -181,11 +173,7 @@ impl Fused {
             wo: rows_launch(c.d, 0)?,
             down: rows_launch(c.d, 0)?,
             attention: LaunchConfig {
-                grid: (
-                    u32::try_from(c.heads)?,
-                    u32::try_from(attention_splits(c))?,
-                    1,
-                ),
+                grid: (u32::try_from(c.heads)?, 1, 1),
                 block: (ATTENTION_THREADS, 1, 1),
                 shared_mem_bytes: shared_bytes(MAX_T)?,
             },
@@ -232,7 +220,7 @@ impl Path<'_> {
     }
 }
 
-/// `rope_attention(qkv, pos, k_cache, v_cache, out, d, head_dim, max_t, part, counters)`.
+/// `rope_attention(qkv, pos, k_cache, v_cache, out, d, head_dim, max_t)`.
 type RopeAttention = Kernel<(
     *const f32,
     *const i32,
@@ -242,8 +230,6 @@ type RopeAttention = Kernel<(
     i32,
     i32,
     i32,
-    *mut f32,
-    *mut u32,
 )>;
 /// `lm_head_argmax(w, x, norm_w, vocab, cols, part_v, part_i, tokens, pos, prompt_len, max_t)`.
 type LmHeadArgmax = Kernel<(
@@ -301,8 +287,7 @@ struct Kernels {
     rms_gate_up_silu: Kernel<(*const f32, *const f32, *const f32, *mut f32, i32, i32)>,
     /// `x += W a`: (w, a, x, rows, cols).
     gemv_residual: Kernel<(*const f32, *const f32, *mut f32, i32, i32)>,
-    /// rope_append + attention split over the cache: (qkv, pos, k_cache, v_cache, out, d,
-    /// head_dim, max_t, part, counters).
+    /// rope_append + attention: (qkv, pos, k_cache, v_cache, out, d, head_dim, max_t).
     rope_attention: RopeAttention,
     /// Final norm, LM head and argmax_next: (w, x, norm_w, vocab, cols, part_v, part_i,
     /// tokens, pos, prompt_len, max_t); `part_i`'s entry past the grid counts arriving blocks.
@@ -344,12 +329,6 @@ struct Model {
     /// The fused LM head's best index per block, then its count of finished blocks (at the
     /// grid's size; zero between launches: its last block sets it back).
     part_i: DeviceBuffer<i32>,
-    /// The fused attention's partial softmax per head and split: head_dim weighted sums, the
-    /// max score and the sum of exponentials.
-    attn_part: DeviceBuffer<f32>,
-    /// The fused attention's count of finished splits per head: zero between launches (the
-    /// head's last block sets it back).
-    attn_arrived: DeviceBuffer<u32>,
 }
 
 /// A cuBLAS handle, destroyed on drop.
@@ -472,9 +451,6 @@ impl Model {
             remaining: device.alloc_zeroed(1)?,
             part_v: device.alloc_zeroed(GEMV_MAX_BLOCKS)?,
             part_i: device.alloc_zeroed(GEMV_MAX_BLOCKS + 1)?,
-            attn_part: device
-                .alloc_zeroed(cfg.heads * attention_splits(&cfg) * (cfg.head_dim() + 2))?,
-            attn_arrived: device.alloc_zeroed(cfg.heads)?,
             cfg,
         };
         stream.synchronize()?;
@@ -556,8 +532,6 @@ impl Model {
                     d,
                     hd,
                     MAX_T as i32,
-                    &self.attn_part,
-                    &self.attn_arrived,
                 ),
             )?;
             s.launch(&k.gemv_residual, f.wo, (&l.wo, &self.attn, &self.x, d, d))?;
