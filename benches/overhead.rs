@@ -774,6 +774,17 @@ impl Raw {
         ok("cuStreamBeginCapture_v2", unsafe {
             sys::cuStreamBeginCapture_v2(self.stream, mode.raw())
         })?;
+        // The driver's graph, owned from here on (destroyed on drop).
+        self.launch_and_end(n, launch).map(RawGraph)
+    }
+
+    /// n × `launch` on the capturing stream, then `cuStreamEndCapture`, always: the captured
+    /// graph, or the first error (a failed launch, then a failed end), with no graph.
+    fn launch_and_end(
+        &self,
+        n: usize,
+        launch: impl Fn(&Raw) -> Result<(), String>,
+    ) -> Result<sys::CUgraph, String> {
         let mut launched = Ok(());
         for _ in 0..n {
             if let Err(e) = launch(self) {
@@ -782,20 +793,21 @@ impl Raw {
             }
         }
         let mut out = null_mut();
-        // SAFETY: the stream captures (begun above, on this thread); `out` is a valid out pointer.
+        // SAFETY: the stream captures (begun by the caller, on this thread); `out` is a valid out
+        // pointer.
         let ended = ok("cuStreamEndCapture", unsafe {
             sys::cuStreamEndCapture(self.stream, &mut out)
         });
-        if let Err(e) = ended {
-            return Err(match launched {
-                Err(first) => format!("{first}; then {e}"),
-                Ok(()) => e,
-            });
+        match (launched, ended) {
+            (Ok(()), Ok(())) => Ok(out),
+            (Err(first), Err(e)) => Err(format!("{first}; then {e}")),
+            (Ok(()), Err(e)) => Err(e),
+            // Ended, so the driver made a graph: destroy it, report the launch.
+            (Err(first), Ok(())) => {
+                drop(RawGraph(out));
+                Err(first)
+            }
         }
-        // The driver's graph, owned from here on (destroyed on drop).
-        let graph = RawGraph(out);
-        launched?;
-        Ok(graph)
     }
 
     /// `cuGraphCreate` + `cuStreamBeginCaptureToGraph(mode)` + n empty launches +
@@ -809,27 +821,15 @@ impl Raw {
         ok("cuStreamBeginCaptureToGraph", unsafe {
             sys::cuStreamBeginCaptureToGraph(self.stream, graph.0, null(), null(), 0, mode.raw())
         })?;
-        let mut launched = Ok(());
-        for _ in 0..n {
-            if let Err(e) = self.launch(RawWork::Empty) {
-                launched = Err(e);
-                break;
+        match self.launch_and_end(n, |r| r.launch(RawWork::Empty)) {
+            Ok(_) => Ok(graph),
+            // A failed launch after a good end: `launch_and_end` destroyed the ended graph, which
+            // is this one. A failed end: the driver may have destroyed it; leak the handle.
+            Err(e) => {
+                std::mem::forget(graph);
+                Err(e)
             }
         }
-        let mut out = null_mut();
-        // SAFETY: the stream captures (begun above, on this thread); `out` is a valid out pointer.
-        let ended = ok("cuStreamEndCapture", unsafe {
-            sys::cuStreamEndCapture(self.stream, &mut out)
-        });
-        if let Err(e) = ended {
-            std::mem::forget(graph);
-            return Err(match launched {
-                Err(first) => format!("{first}; then {e}"),
-                Ok(()) => e,
-            });
-        }
-        launched?;
-        Ok(graph)
     }
 
     fn instantiate(&self, g: &RawGraph) -> Result<RawExec, String> {
