@@ -28,12 +28,13 @@ for line in sys.stdin:
         print(m["target"]["kind"][0], m["target"]["name"], m["executable"])'
 }
 
-# Tests and examples with the `cudarc` and `nvrtc` features: the adapters' GPU tests,
-# examples/cublas_capture.rs, the NVRTC tests and examples/quickstart.rs exist only with them.
+# Tests and examples with the `cudarc`, `nvrtc` and `nccl` features: the adapters' GPU tests,
+# examples/cublas_capture.rs, the NVRTC tests, examples/quickstart.rs and
+# examples/tensor_parallel.rs exist only with them.
 {
   exes test --release --no-run --tests --features cudarc,nvrtc,half,nccl
   exes bench --no-run
-  exes build --release --examples --features cudarc,nvrtc,half
+  exes build --release --examples --features cudarc,nvrtc,half,nccl
 } | sort -u | while read -r kind name path; do
   [ "$kind $name" = "test ui" ] && continue  # trybuild needs cargo; CI runs it
   case "$kind" in
