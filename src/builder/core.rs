@@ -146,6 +146,7 @@ impl Core {
         tree.remove_capture(id);
         // The nodes this capture made were made at this epoch or earlier.
         tree.captured_epoch = tree.epoch;
+        tree.shape = tree.shape.wrapping_add(1);
         // Events and joined streams held for the capture; dropped once the locks are released
         // (a joined borrowed stream's owner may hold anything, even a `Graph` of this tree).
         // (Most captures hold nothing until their end: an empty map is not searched.)

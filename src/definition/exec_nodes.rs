@@ -4,14 +4,18 @@
 
 use cudarc::driver::sys;
 
+use super::node;
 use super::params::{lock_with_child, Target};
 use super::typed::{NodeKind, TypedNode};
 use super::NodeParams;
 use crate::driver;
 use std::sync::Arc;
 
+use crate::driver::graph::pairing::{self, Shape};
 use crate::driver::graph::{GraphHandle, Owners, TreeState};
+use crate::driver::tree_lock::TreeGuard;
 use crate::error::{Error, Refusal, Result};
+use crate::graph::state::ExecState;
 use crate::graph::Graph;
 use crate::GraphNode;
 
@@ -68,19 +72,117 @@ fn exec_node(
     }
 }
 
+/// A node named through the source of an exec's latest update ([`Graph::update`],
+/// [`GraphCache::refresh`](crate::GraphCache::refresh)) rather than the graph it was
+/// instantiated from: what [`latest_node`] found under the source's lock, for
+/// [`paired_node`] to finish under the instantiation graph's.
+struct LatestNode {
+    /// The node's raw handle in the update's source.
+    raw: usize,
+    /// The source's structure, where the exec has no pairing with it yet.
+    shape: Option<Shape>,
+}
+
+/// Whether `node` is a node of the exec's latest update's source (`None`: it is not, and is
+/// checked as a node of the instantiation graph's tree). Takes the source's tree lock, and
+/// reads its structure if no pairing was made yet.
+fn latest_node(state: &ExecState, node: &GraphNode) -> Result<Option<LatestNode>> {
+    let (Some(latest), Some((root, _))) = (&state.latest, &state.current) else {
+        return Ok(None);
+    };
+    if node.graph != latest.id {
+        return Ok(None);
+    }
+    let tree = root.lock();
+    if !tree.nodes.is_live(node.graph, node.raw, node.serial) {
+        return Err(Error::DestroyedNode);
+    }
+    if tree.shape != latest.shape {
+        return Err(Error::invalid(
+            Refusal::ForeignGraph,
+            "the graph this exec was last updated from changed after the update (a node or edge was added or removed): its nodes no longer name the exec's; update the exec from it again",
+        ));
+    }
+    let shape = match latest.pairs {
+        Some(_) => None,
+        // SAFETY: the update's source graph is live (the exec holds its root) and its tree is
+        // locked.
+        None => Some(unsafe { Shape::read(latest.raw as sys::CUgraph) }?),
+    };
+    Ok(Some(LatestNode {
+        raw: node.raw,
+        shape,
+    }))
+}
+
+/// The exec's node paired with `found` (a node of its latest update's source), as a node of the
+/// instantiation graph, registered in its tree (`tree`, locked): pairs the two graphs first
+/// if that was not done since the update ([`pairing`](crate::driver::graph::pairing)).
+fn paired_node(
+    state: &mut ExecState,
+    tree: &mut TreeState,
+    found: LatestNode,
+) -> Result<GraphNode> {
+    if tree.shape != state.instantiated.shape {
+        return Err(Error::invalid(
+            Refusal::ForeignGraph,
+            "the graph this exec was instantiated from changed since (a node or edge was added or removed), so the nodes of a later update's source cannot be paired with the exec's: name the node through the graph the exec was instantiated from, or instantiate again",
+        ));
+    }
+    let instantiated = &mut state.instantiated;
+    let Some(latest) = state.latest.as_mut() else {
+        return Err(no_source());
+    };
+    if let Some(new) = found.shape {
+        let old = match instantiated.read.take() {
+            Some(old) => old,
+            // SAFETY: the instantiation graph is live (the exec holds its root) and its tree is
+            // locked (`tree`).
+            None => unsafe { Shape::read(instantiated.raw as sys::CUgraph) }?,
+        };
+        let pairs = pairing::pair(&old, &new).map(|to_old| {
+            new.nodes
+                .iter()
+                .zip(to_old)
+                .map(|(&n, o)| (n, old.nodes[o as usize]))
+                .collect()
+        });
+        instantiated.read = Some(old);
+        latest.pairs = Some(pairs.unwrap_or_default());
+    }
+    let raw = latest
+        .pairs
+        .as_ref()
+        .and_then(|p| p.get(&found.raw))
+        .copied()
+        .ok_or_else(|| {
+            Error::invalid(
+                Refusal::ForeignGraph,
+                "this node of the exec's latest update's source could not be paired with a node of the exec (the two graphs were not made by the same sequence of calls, or the node is inside a conditional body): name it through the graph the exec was instantiated from",
+            )
+        })?;
+    Ok(node::token(tree, instantiated.id, raw as sys::CUgraphNode))
+}
+
 impl Graph {
     /// Replaces the parameters of `node` in this exec with `params`
     /// (`cuGraphExecKernelNodeSetParams`, `cuGraphExecMemsetNodeSetParams`, … for its kind):
     /// the next launch uses them. `node` is a node of the graph this exec was instantiated from
-    /// (the definition, or the view of the ended builder) — not of a later update's source.
+    /// (the definition, or the view of the ended builder), or a node of the graph of its latest
+    /// update ([`Graph::update`], [`GraphCache::refresh`](crate::GraphCache::refresh)), which
+    /// names the exec node the update paired it with — as long as neither graph changed since
+    /// (see `docs/design/definitions.md`, "Per-node updates").
     ///
     /// The definition is not changed. The exec holds what the new parameters use; what the
     /// parameters it replaces used — an earlier `set_params`'s, or what the node was
     /// instantiated with, as far as no other node of the exec uses it (a kernel's module shared
     /// with other kernel nodes stays) — is released once every launch made before has finished
     /// (and once nothing else, such as the definition, holds it). A refusal — a node of another graph
-    /// ([`Error::ForeignNode`]), destroyed ([`Error::DestroyedNode`]) or added after the
-    /// instantiation ([`Error::NodeNotInExec`]), parameters of another device, or the driver's
+    /// ([`Error::ForeignNode`]; an earlier update's source), destroyed ([`Error::DestroyedNode`])
+    /// or added after the instantiation ([`Error::NodeNotInExec`]), a node of the latest
+    /// update's source after either graph changed, or that could not be paired
+    /// ([`Refusal::ForeignGraph`](crate::Refusal::ForeignGraph)), parameters of another device,
+    /// or the driver's
     /// (it refuses, for example, a 2D memset or a kernel of another context) — leaves the exec and
     /// what it holds as they were.
     ///
@@ -112,7 +214,16 @@ impl Graph {
         let NodeParams {
             raw, mut owners, ..
         } = params;
+        let latest = latest_node(&state, node)?;
         let (mut tree, child_tree) = lock_with_child(&source, raw.child(), &mut owners)?;
+        let paired;
+        let node: &GraphNode = match latest {
+            None => node,
+            Some(found) => {
+                paired = paired_node(&mut state, &mut tree, found)?;
+                &paired
+            }
+        };
         let raw_node = exec_node(&tree, &source, state.epoch, node)?;
         // SAFETY: the exec is live and its lock (`state`) held; `raw_node` is a live node of the
         // graph it was instantiated from, made before the instantiation (checked under that
@@ -149,8 +260,8 @@ impl Graph {
 
     /// Enables or disables `node` in this exec (`cuGraphNodeSetEnabled`): a disabled node does
     /// nothing when the exec is launched (its dependencies are still ordered), until it is
-    /// enabled again. `node` is a node of the graph the exec was instantiated from, as for
-    /// [`set_params`](Self::set_params). The driver supports kernel, memset and memcpy nodes
+    /// enabled again. `node` is a node of the graph the exec was instantiated from or of its
+    /// latest update's source, as for [`set_params`](Self::set_params). The driver supports kernel, memset and memcpy nodes
     /// (newer drivers some more); it refuses others with an error.
     ///
     /// ```no_run
@@ -165,15 +276,14 @@ impl Graph {
     pub fn set_enabled(&self, node: &GraphNode, enabled: bool) -> Result<()> {
         // Before the exec's lock (see `refuse_in_host_callback`).
         crate::driver::context::refuse_in_host_callback()?;
-        let state = self.lock_state();
+        let mut state = self.lock_state();
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;
-        let tree = source.lock();
-        let raw_node = exec_node(&tree, &source, state.epoch, node)?;
+        let raw_node = exec_node_of(&mut state, &source, node)?;
         // SAFETY: the exec is live and its lock held; `raw_node` is one of the nodes it was
         // instantiated with (checked under its graph's tree lock, held across the call).
-        unsafe { driver::graph::node_set_enabled(self.exec.raw, raw_node, enabled) }
+        unsafe { driver::graph::node_set_enabled(self.exec.raw, raw_node.1, enabled) }
     }
 
     /// Whether `node` is enabled in this exec (`cuGraphNodeGetEnabled`); see
@@ -188,14 +298,35 @@ impl Graph {
     pub fn is_enabled(&self, node: &GraphNode) -> Result<bool> {
         // Before the exec's lock (see `refuse_in_host_callback`).
         crate::driver::context::refuse_in_host_callback()?;
-        let state = self.lock_state();
+        let mut state = self.lock_state();
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;
-        let tree = source.lock();
-        let raw_node = exec_node(&tree, &source, state.epoch, node)?;
+        let raw_node = exec_node_of(&mut state, &source, node)?;
         // SAFETY: as in `set_enabled`; the call only reads.
-        unsafe { driver::graph::node_get_enabled(self.exec.raw, raw_node) }
+        unsafe { driver::graph::node_get_enabled(self.exec.raw, raw_node.1) }
     }
+}
+
+/// The exec's node that `node` names ([`exec_node`], through the latest update's source where
+/// it is one of that graph's nodes), with the lock of the instantiation graph's tree, held for
+/// the driver call that follows.
+fn exec_node_of<'a>(
+    state: &mut ExecState,
+    source: &'a GraphHandle,
+    node: &GraphNode,
+) -> Result<(TreeGuard<'a, TreeState>, sys::CUgraphNode)> {
+    let latest = latest_node(state, node)?;
+    let mut tree = source.lock();
+    let paired;
+    let node = match latest {
+        None => node,
+        Some(found) => {
+            paired = paired_node(state, &mut tree, found)?;
+            &paired
+        }
+    };
+    let raw = exec_node(&tree, source, state.epoch, node)?;
+    Ok((tree, raw))
 }
 
 fn no_source() -> Error {

@@ -161,6 +161,7 @@ pub(crate) fn commit(
     released: &mut Vec<Owner>,
 ) -> GraphNode {
     let serial = tree.nodes.commit(r, graph, raw as usize, released);
+    tree.shape = tree.shape.wrapping_add(1);
     GraphNode {
         graph,
         raw: raw as usize,

@@ -158,9 +158,10 @@ impl GraphDefinition {
     /// # Ok(()) }
     /// ```
     pub fn add_edge(&self, from: &GraphNode, to: &GraphNode) -> Result<()> {
-        let locked = self.lock()?;
+        let mut locked = self.lock()?;
         let g = self.handle();
         let (a, b) = node::check_edge(&locked.tree, g.id, from, to)?;
+        locked.tree.shape = locked.tree.shape.wrapping_add(1);
         // SAFETY: `a` and `b` are distinct live nodes of the locked graph; one edge, no data.
         unsafe { driver::graph::add_dependencies(g.raw, &a, &b, 1) }
     }
@@ -175,10 +176,11 @@ impl GraphDefinition {
     /// # Ok(()) }
     /// ```
     pub fn remove_edge(&self, from: &GraphNode, to: &GraphNode) -> Result<()> {
-        let locked = self.lock()?;
+        let mut locked = self.lock()?;
         let g = self.handle();
         let (a, b) = node::check_edge(&locked.tree, g.id, from, to)?;
         refuse_if_memory_nodes(&locked.tree, g.id, "an edge removed")?;
+        locked.tree.shape = locked.tree.shape.wrapping_add(1);
         // SAFETY: `a` and `b` are distinct live nodes of the locked graph; one edge, no data.
         unsafe { driver::graph::remove_dependencies(g.raw, &a, &b, 1) }
     }
@@ -214,6 +216,7 @@ impl GraphDefinition {
                 "a stream capture records into this graph's tree (a conditional body builder is capturing): end it before destroying a conditional node",
             ));
         }
+        locked.tree.shape = locked.tree.shape.wrapping_add(1);
         // SAFETY: `raw` is a live node of the locked graph; its token is forgotten right after,
         // so it is never passed to the driver again.
         unsafe { driver::graph::destroy_node(raw) }?;

@@ -28,7 +28,9 @@ pub enum CacheOutcome {
 ///
 /// Operands stay alive either way: an updated exec holds the new graph's operands (as
 /// [`Graph::update`] does) and releases the old ones after its launches; a replaced exec is
-/// dropped as any [`Graph`] is, releasing what it held after its last launch. `Send + Sync`.
+/// dropped as any [`Graph`] is, releasing what it held after its last launch. Either way, the
+/// cached exec's per-node updates ([`Graph::set_params`], [`Graph::set_enabled`]) take the
+/// nodes of the graph last refreshed from. `Send + Sync`.
 ///
 /// ```no_run
 /// # use cuda_graph::prelude::*;

@@ -16,7 +16,7 @@ mod cache;
 mod debug;
 mod device_graph;
 mod options;
-mod state;
+pub(crate) mod state;
 pub use cache::{CacheOutcome, GraphCache};
 pub(crate) use debug::dot_print;
 pub use debug::{DotDetail, GraphDebugPrintOptions};
@@ -252,6 +252,12 @@ impl Graph {
             .map(|(chunk, index)| InstantiatedNodes::Shared(chunk, index));
         let pending_ready = driver::memory::ready_events(keep.iter().flat_map(|c| c.iter()));
         let unfreed: Vec<u64> = tree.unfreed.values().copied().collect();
+        let instantiated = state::Instantiated {
+            id: graph.id,
+            raw: graph.raw as usize,
+            shape: tree.shape,
+            read: None,
+        };
         let memory_user =
             (!tree.memory_graphs.is_empty()).then(|| GraphMemoryUser::new(graph.ctx.device));
         // SAFETY: `graph` is live and its tree locked; `params` is fully initialised and has the
@@ -296,6 +302,7 @@ impl Graph {
                 device_launch: options.device_launch,
                 memory_user,
                 instantiated_nodes,
+                instantiated,
                 ..ExecState::default()
             }),
             device_handled: std::sync::atomic::AtomicBool::new(false),
@@ -457,6 +464,10 @@ impl Graph {
     /// update have finished. The exec's source and devices must match: a source of another
     /// device is refused.
     ///
+    /// After the update, per-node updates ([`set_params`](Self::set_params),
+    /// [`set_enabled`](Self::set_enabled)) take `source`'s nodes as well as those of the graph
+    /// the exec was instantiated from: each names the exec node the update paired it with.
+    ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # use cuda_graph::*;
@@ -466,6 +477,9 @@ impl Graph {
     ///     Err(Error::Update { reason, .. }) => println!("instantiate again: {reason}"),
     ///     Err(e) => return Err(e),
     /// }
+    /// // The step's nodes now name the exec's: switch its first node off.
+    /// let first = next_step.graph_definition()?.nodes()?[0];
+    /// graph.set_enabled(&first, false)?;
     /// # Ok(()) }
     /// ```
     pub fn update(&self, source: &impl FinishedGraph) -> Result<()> {
@@ -515,6 +529,7 @@ impl Graph {
             Vec::new()
         };
         let ready = driver::memory::ready_events(keep.iter().flat_map(|c| c.iter()));
+        let shape = tree.shape;
         drop(tree);
         let failure = update_failure(info.result);
         if failure.is_some() || r.is_err() {
@@ -546,8 +561,20 @@ impl Graph {
         {
             state.release_after_last_launch(Box::new((replaced_nodes, instantiated)));
         }
+        let root = graph.root();
+        // Per-node updates may name the nodes of a source from another tree from now on; those
+        // of the instantiation's own tree name the exec's nodes already.
+        state.latest = match &state.source {
+            Some(source) if !Arc::ptr_eq(source, &root) => Some(state::Latest {
+                id: graph.id,
+                raw: graph.raw as usize,
+                shape,
+                pairs: None,
+            }),
+            _ => None,
+        };
         let mut unused = None;
-        if let Some(previous) = state.current.replace((graph.root(), keep)) {
+        if let Some(previous) = state.current.replace((root, keep)) {
             if state.launched_since_update {
                 state.release_after_last_launch(Box::new(previous));
             } else {

@@ -22,7 +22,7 @@ pub(crate) struct ExecState {
     /// What the nodes of the graph it was instantiated from used.
     pub(super) keep: Vec<KeepChunk>,
     /// The source of the latest update, and what its nodes used then: the exec uses them.
-    pub(super) current: Option<(Arc<GraphHandle>, Vec<KeepChunk>)>,
+    pub(crate) current: Option<(Arc<GraphHandle>, Vec<KeepChunk>)>,
     /// The stream of the latest launch.
     pub(super) last_stream: Option<Stream>,
     /// Whether the exec was launched since the latest update.
@@ -54,6 +54,38 @@ pub(crate) struct ExecState {
     /// whenever a graph holding the handle runs, so what the exec holds is released only after
     /// the last such holder is gone, and updates are refused.
     pub(super) device_keep: Option<Arc<DeviceLaunchKeep>>,
+    /// The graph this exec was instantiated from (its raw handle; its tree is `source`'s) and
+    /// that tree's [`shape`](crate::driver::graph::TreeState::shape) then, with its structure
+    /// once read: the other side of [`latest`](Self::latest)'s pairing.
+    pub(crate) instantiated: Instantiated,
+    /// The source graph of the latest update from another tree, whose nodes per-node updates
+    /// may name (see [`pairing`](crate::driver::graph::pairing)).
+    pub(crate) latest: Option<Latest>,
+}
+
+/// The graph an exec was instantiated from, for [`pairing`](crate::driver::graph::pairing).
+#[derive(Default)]
+pub(crate) struct Instantiated {
+    /// Its id and raw handle.
+    pub(crate) id: u64,
+    pub(crate) raw: usize,
+    /// Its tree's [`shape`](crate::driver::graph::TreeState::shape) at the instantiation.
+    pub(crate) shape: u64,
+    /// Its structure, read on the first pairing (while `shape` still holds).
+    pub(crate) read: Option<crate::driver::graph::pairing::Shape>,
+}
+
+/// The source of an exec's latest update from another tree, for
+/// [`pairing`](crate::driver::graph::pairing).
+pub(crate) struct Latest {
+    /// The graph (its id and raw handle); its root is held in [`ExecState::current`].
+    pub(crate) id: u64,
+    pub(crate) raw: usize,
+    /// Its tree's [`shape`](crate::driver::graph::TreeState::shape) at the update.
+    pub(crate) shape: u64,
+    /// Raw node of the graph → raw node of the instantiation graph, made on the first
+    /// per-node update that names one of its nodes.
+    pub(crate) pairs: Option<IdMap<usize, usize>>,
 }
 
 /// Live execs of this crate with memory allocation nodes, per device (`CUdevice`): the graph

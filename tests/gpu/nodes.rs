@@ -3,7 +3,7 @@
 
 use cuda_graph::prelude::*;
 
-use cuda_graph::{Memset2d, NodeType};
+use cuda_graph::{Memset2d, NodeType, Refusal};
 
 use crate::args;
 use crate::support::{eventually, launch, one, run, stays, Gpu, Needs, TestResult};
@@ -24,7 +24,9 @@ crate::gpu_tests! {
         host_callback_updates,
         child_graph_exec_update,
         child_graph_definition_update,
-        cache_updates_or_instantiates;
+        cache_updates_or_instantiates,
+        per_node_updates_name_nodes_of_the_latest_source,
+        per_node_updates_through_a_changed_or_older_source_are_refused;
 }
 
 /// A kernel node; each call site names the kernel's parameters it matches.
@@ -464,5 +466,169 @@ fn cache_updates_or_instantiates(gpu: &Gpu) -> TestResult {
     cache.launch(&stream)?;
     stream.synchronize()?;
     assert_eq!(a.to_vec()?, [5]);
+    Ok(())
+}
+
+/// Three `add_one` launches in a chain, captured: on `bufs[0]`, `bufs[1]`, `bufs[2]`.
+fn chain3(
+    gpu: &Gpu,
+    add_one: &Function,
+    bufs: [&DeviceBuffer<i32>; 3],
+) -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+    let bld = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    for buf in bufs {
+        // SAFETY: add_one(int*).
+        unsafe { bld.launch_unchecked(add_one, one(), &args![buf])? };
+    }
+    bld.end_building()
+}
+
+/// The first, middle and last node of a captured chain of three, found by their edges (not by
+/// the order the driver lists them in).
+fn chain_nodes(ended: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<[KernelNode; 3]> {
+    let view = ended.graph_definition()?;
+    let nodes = view.nodes()?;
+    let mut first = None;
+    let mut middle = None;
+    let mut last = None;
+    for n in &nodes {
+        match (
+            view.predecessors(n)?.is_empty(),
+            view.successors(n)?.is_empty(),
+        ) {
+            (true, _) => first = Some(view.kernel_node(n)?),
+            (false, false) => middle = Some(view.kernel_node(n)?),
+            (false, true) => last = Some(view.kernel_node(n)?),
+        }
+    }
+    match (first, middle, last) {
+        (Some(a), Some(b), Some(c)) if nodes.len() == 3 => Ok([a, b, c]),
+        _ => panic!("not a chain of three: {nodes:?}"),
+    }
+}
+
+/// After `GraphCache::refresh` updated its exec from a new capture, per-node updates take that
+/// capture's nodes: each names the exec node it was paired with, parameters and enabled state
+/// alike, and what the new parameters use stays until the next update replaced them.
+fn per_node_updates_name_nodes_of_the_latest_source(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let bufs: Vec<DeviceBuffer<i32>> = (0..7)
+        .map(|_| gpu.device.alloc_zeroed::<i32>(1))
+        .collect::<cuda_graph::Result<_>>()?;
+    let [a, b, c, d, e, f, x] = &bufs[..] else {
+        unreachable!()
+    };
+    let stream = gpu.stream();
+    let mut cache = GraphCache::new(Default::default());
+    cache.refresh(&chain3(gpu, &add_one, [a, b, c])?)?;
+    let step = chain3(gpu, &add_one, [d, e, f])?;
+    assert_eq!(cache.refresh(&step)?, CacheOutcome::Updated);
+    let [first, middle, last] = chain_nodes(&step)?;
+    let g = cache.graph().expect("refreshed");
+    // The middle node now adds to x (held by the exec alone once dropped here), the last is off.
+    let spare = gpu.device.alloc_zeroed::<i32>(1)?;
+    let watch = spare.release_observer();
+    g.set_params(&middle, kp(&add_one, args![&spare]))?;
+    drop(spare);
+    g.set_enabled(&last, false)?;
+    assert!(!g.is_enabled(&last)? && g.is_enabled(&first)?);
+    cache.launch(&stream)?;
+    stream.synchronize()?;
+    let read = |bs: [&DeviceBuffer<i32>; 4]| -> cuda_graph::Result<Vec<i32>> {
+        bs.iter().map(|b| Ok(b.to_vec()?[0])).collect()
+    };
+    assert_eq!(
+        read([a, b, c, x])?,
+        [0, 0, 0, 0],
+        "the first capture's buffers"
+    );
+    assert_eq!(
+        read([d, e, f, x])?,
+        [1, 0, 0, 0],
+        "d ran; e's node was moved, f's is off"
+    );
+    assert!(
+        stays(|| !watch.is_released()),
+        "the exec's middle node uses the spare buffer"
+    );
+    // The set_params went to the middle node: re-enabling the last gives d, f one more each.
+    g.set_params(&middle, kp(&add_one, args![x]))?;
+    g.set_enabled(&last, true)?;
+    cache.launch(&stream)?;
+    stream.synchronize()?;
+    assert_eq!(read([d, e, f, x])?, [2, 0, 1, 1]);
+    assert!(
+        eventually(|| watch.is_released()),
+        "the spare buffer outlived the parameters that used it"
+    );
+    // Each refresh pairs anew: the next capture's middle node names the same exec node.
+    let next = chain3(gpu, &add_one, [a, b, c])?;
+    assert_eq!(cache.refresh(&next)?, CacheOutcome::Updated);
+    let g = cache.graph().expect("refreshed");
+    g.set_params(&chain_nodes(&next)?[1], kp(&add_one, args![x]))?;
+    assert!(
+        g.set_params(&middle, kp(&add_one, args![x])).is_err(),
+        "a node of the source before the latest"
+    );
+    cache.launch(&stream)?;
+    stream.synchronize()?;
+    assert_eq!(read([a, b, c, x])?, [1, 0, 1, 2]);
+    Ok(())
+}
+
+/// The latest source's nodes are refused once that graph changed, and an older source's
+/// nodes always; the exec is left as it was.
+fn per_node_updates_through_a_changed_or_older_source_are_refused(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let bufs: Vec<DeviceBuffer<i32>> = (0..4)
+        .map(|_| gpu.device.alloc_zeroed::<i32>(1))
+        .collect::<cuda_graph::Result<_>>()?;
+    let [a, b, c, x] = &bufs[..] else {
+        unreachable!()
+    };
+    let first = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*) on a, then b, then c.
+    let n0 = k(&first, &[], &add_one, args![a])?;
+    let n1 = k(&first, &[&n0], &add_one, args![b])?;
+    k(&first, &[&n1], &add_one, args![c])?;
+    let g = first.instantiate()?;
+    let older = chain3(gpu, &add_one, [a, b, c])?;
+    g.update(&older)?;
+    let [_, older_middle, _] = chain_nodes(&older)?;
+    g.set_params(&older_middle, kp(&add_one, args![x]))?;
+    let latest = first.try_clone()?;
+    g.update(&latest)?;
+    let is_refusal = |r: cuda_graph::Result<()>| {
+        matches!(r, Err(Error::ForeignNode))
+            || matches!(r, Err(ref e) if e.refusal() == Some(Refusal::ForeignGraph))
+    };
+    assert!(
+        is_refusal(g.set_params(&older_middle, kp(&add_one, args![x]))),
+        "a node of a source two updates old"
+    );
+    // Nodes of the latest source (a clone of the definition) are paired...
+    let latest_nodes = latest.nodes()?;
+    let middle = latest_nodes
+        .iter()
+        .find(|n| {
+            !latest.predecessors(n).unwrap().is_empty() && !latest.successors(n).unwrap().is_empty()
+        })
+        .copied()
+        .expect("a middle node");
+    g.set_enabled(&middle, false)?;
+    // ... until it changes.
+    latest.add_empty(&[])?;
+    assert!(is_refusal(g.set_enabled(&middle, true)));
+    assert!(is_refusal(g.is_enabled(&middle).map(|_| ())));
+    // The instantiation graph's own node still names its exec node.
+    assert!(
+        !g.is_enabled(&n1)?,
+        "the middle node was disabled through the clone's"
+    );
+    launch(gpu, &g)?;
+    let read = |bs: [&DeviceBuffer<i32>; 4]| -> cuda_graph::Result<Vec<i32>> {
+        bs.iter().map(|b| Ok(b.to_vec()?[0])).collect()
+    };
+    assert_eq!(read([a, b, c, x])?, [1, 0, 1, 0]);
     Ok(())
 }

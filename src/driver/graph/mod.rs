@@ -4,9 +4,11 @@
 //!   each uses.
 //! - [`tree`]: the graph and exec handles, and the state a tree's lock guards.
 //! - [`calls`]: thin wrappers of the graph, node and exec entry points.
+//! - [`pairing`]: the pairing of an update's source with an exec's nodes.
 
 mod calls;
 mod node_table;
+pub(crate) mod pairing;
 mod tree;
 
 pub(crate) use calls::*;

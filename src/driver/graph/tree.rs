@@ -233,6 +233,11 @@ pub(crate) struct TreeState {
     views: IdMap<u64, Vec<Weak<GraphHandle>>>,
     /// `views` and `dead` are pruned when together they grow past this.
     prune_at: usize,
+    /// Counts changes to the graphs' structure: nodes made or destroyed, edges added or
+    /// removed, captures ended. An exec records it when it is instantiated or updated, and pairs
+    /// an update's source with its nodes only while neither graph changed since
+    /// ([`pairing`](super::pairing)).
+    pub(crate) shape: u64,
 }
 
 // The cache-line plan above (`GraphHandle` starts on a line: `repr(C, align(64))`). Loom's
