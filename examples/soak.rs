@@ -43,10 +43,9 @@
 //! | `panic_callback` | capture `callback(\|\| panic!("soak"))` + `add_one`, complete, launch, sync; `check()` must report the panic | capture `cuLaunchHostFunc` of an `extern "C"` no-op + `add_one`; instantiate, launch, sync, destroy |
 //!
 //! Where the crate makes a stream per builder (`device.create_graph_builder()`, forks, conditional
-//! bodies), the raw cycle makes and destroys the same streams. (On drivers 12.3+ the crate captures
-//! into a graph of its own, `cuGraphCreate` + `cuStreamBeginCaptureToGraph`; the raw control lets
-//! the driver make it with `cuStreamBeginCapture_v2`. Same work, and the graph is destroyed either
-//! way.)
+//! bodies), the raw cycle makes and destroys the same streams. Both sides begin a primary capture
+//! with `cuStreamBeginCapture_v2` (the driver makes the graph); only conditional bodies are
+//! captured into an existing graph (`cuStreamBeginCaptureToGraph`).
 //!
 //! # What is measured
 //!

@@ -63,15 +63,19 @@ impl Core {
         }
     }
 
-    /// Begins capture on the stream, into `into` if given (a conditional body), else into a new
-    /// graph of this crate's (`cuStreamBeginCaptureToGraph`, driver 12.3).
+    /// Begins capture on the stream: into `into` if given (a conditional body's graph,
+    /// `cuStreamBeginCaptureToGraph`, driver 12.3), else into a graph the driver makes for the
+    /// capture (`cuStreamBeginCapture_v2`, the cheaper path: no graph is created beforehand),
+    /// which this crate owns from the start, read from the capture's info.
     pub(crate) fn begin(
         &mut self,
         mode: sys::CUstreamCaptureMode,
         into: Option<Arc<GraphHandle>>,
     ) -> Result<()> {
+        // Capture info (`cuStreamGetCaptureInfo_v3`), conditional nodes and the bodies' captures
+        // into their graphs all need 12.3; asked once here.
         driver::require(
-            "stream capture into a graph (cuStreamBeginCaptureToGraph)",
+            "stream capture with the capture's graph readable (cuStreamGetCaptureInfo_v3)",
             DriverVersion::V12_3,
         )?;
         if self.new_stream_on_begin {
@@ -80,35 +84,73 @@ impl Core {
         }
         let ctx = self.stream.handle.ctx.clone();
         ctx.bind()?;
-        let graph = match into {
-            Some(g) => g,
-            None => GraphHandle::create_bound(&ctx)?,
-        };
         let id = next_id();
         // Before the capture begins: from here on, destroys that would invalidate it wait.
         let active = CaptureActive::new(Restricts::of(mode));
         let mut slot = self.stream.handle.slot();
-        let mut tree = graph.lock();
-        if let Some(why) = tree.broken() {
-            return Err(Error::invalid(Refusal::Broken, why.to_string()));
-        }
-        // SAFETY: stream and graph are live, the graph's tree is locked; no dependencies.
-        unsafe {
-            driver::stream::begin_capture_to_graph(
-                self.stream.raw(),
-                graph.raw,
-                std::ptr::null(),
-                std::ptr::null(),
-                0,
-                mode,
-            )
-        }?;
-        tree.add_capture(id, graph.id);
+        let graph = match into {
+            Some(graph) => {
+                let mut tree = graph.lock();
+                if let Some(why) = tree.broken() {
+                    return Err(Error::invalid(Refusal::Broken, why.to_string()));
+                }
+                // SAFETY: stream and graph are live, the graph's tree is locked; no
+                // dependencies.
+                unsafe {
+                    driver::stream::begin_capture_to_graph(
+                        self.stream.raw(),
+                        graph.raw,
+                        std::ptr::null(),
+                        std::ptr::null(),
+                        0,
+                        mode,
+                    )
+                }?;
+                tree.add_capture(id, graph.id);
+                drop(tree);
+                graph
+            }
+            None => {
+                // SAFETY: the stream is live and not capturing (typestate: a builder that has
+                // not begun owns its stream's capture slot); its context is current.
+                unsafe { driver::stream::begin_capture(self.stream.raw(), mode) }?;
+                let mut raw: sys::CUgraph = std::ptr::null_mut();
+                let mut status = 0u32;
+                // SAFETY: the stream is live; `status` (written as a `u32`, see `status_out`; the
+                // driver requires it) and `raw` are valid out pointers, the other out pointers
+                // are null (optional).
+                let info = unsafe {
+                    driver::stream::capture_info(
+                        self.stream.raw(),
+                        status_out(&mut status),
+                        std::ptr::null_mut(),
+                        &mut raw,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                if info.is_err() || raw.is_null() {
+                    // Ends the capture and destroys the graph the driver made for it.
+                    self.stream.handle.abandon_capture(false);
+                    info?;
+                    return Err(Error::invalid(
+                        Refusal::Other,
+                        "the driver began a capture but reported no graph for it",
+                    ));
+                }
+                // The graph made by `cuStreamBeginCapture_v2` is the one `cuStreamEndCapture`
+                // hands back: owned by whoever ends the capture, here this handle, which ends
+                // it (or marks the graph destroyed where the driver destroys it at a failed end).
+                let graph = Arc::new(GraphHandle::owned(&ctx, raw));
+                graph.lock().add_capture(id, graph.id);
+                graph
+            }
+        };
         *slot = Some(CaptureLink {
             graph: Arc::downgrade(&graph),
             id,
         });
-        drop(tree);
         drop(slot);
         self.graph = Some(graph);
         self.capture = Some(id);

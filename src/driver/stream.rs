@@ -523,6 +523,19 @@ pub(crate) unsafe fn launch_host_func(
     unsafe { drv!(cuLaunchHostFunc(stream, func, user_data)) }
 }
 
+/// Begins capturing `stream` into a graph the driver makes for the capture
+/// (`cuStreamBeginCapture_v2`); `cuStreamEndCapture` hands that graph to its caller.
+///
+/// # Safety
+/// `stream` is live and not capturing; its context is current.
+pub(crate) unsafe fn begin_capture(
+    stream: sys::CUstream,
+    mode: sys::CUstreamCaptureMode,
+) -> Result<()> {
+    // SAFETY: the caller's promises above.
+    unsafe { drv!(cuStreamBeginCapture_v2(stream, mode)) }
+}
+
 /// Begins capturing `stream` into the existing `graph` (`cuStreamBeginCaptureToGraph`), after
 /// the `n` nodes `deps` (with edge data `edges`, or null for default edges).
 ///
