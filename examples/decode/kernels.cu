@@ -184,11 +184,10 @@ extern "C" __global__ void argmax_next(const float* logits, int vocab, int* toke
     }
 }
 
-// The WHILE body's last kernel: one step fewer to go; the loop runs again while any is left.
-extern "C" __global__ void countdown(unsigned long long handle, int* remaining) {
-    int r = *remaining - 1;
-    *remaining = r;
-    cudaGraphSetConditional(handle, r > 0 ? 1u : 0u);
+// The WHILE body's last kernel (cublas set): the loop runs again while the cache has a row for
+// the next step (the position the step left + 1 < max_t), as lm_head_argmax_while decides.
+extern "C" __global__ void while_room(unsigned long long handle, const int* pos, int max_t) {
+    cudaGraphSetConditional(handle, *pos + 1 < max_t ? 1u : 0u);
 }
 
 // ---------------------------------------------------------------------------------------------

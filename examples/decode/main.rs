@@ -6,8 +6,9 @@
 //!    updates its exec in place (or instantiates when the topology changed);
 //! 3. **static graph** — one step captured once; the position lives in device memory, so every
 //!    step is one `Graph::launch`;
-//! 4. **on the device** — one graph launch generates every token: a WHILE node whose body is the
-//!    step, the argmax feeding the next step and ending the loop when the cache is full.
+//! 4. **on the device** — one graph launch generates every token: a WHILE node whose body is
+//!    [`BODY_STEPS`] steps, the argmax feeding the next step and ending the loop when the cache
+//!    is full (the steps left over run before the loop, in the same graph).
 //!
 //! ```text
 //! cargo run --release --example decode --features nvrtc [-- tiny|small|all [RUNS] [--kernels cublas|fused|both]]
@@ -53,6 +54,11 @@ const MAX_T: usize = PROMPT + GENERATE;
 /// Steps: each consumes the token at its position and yields the next (the prompt's last step
 /// yields the first generated token).
 const STEPS: usize = PROMPT + GENERATE - 1;
+/// Steps per iteration of the on-device mode's WHILE node. Each iteration costs the node a few
+/// microseconds of its own (evaluating the condition, launching the body), so the body holds
+/// several steps and that cost is paid once per eight tokens; `STEPS % BODY_STEPS` steps run
+/// before the loop, in the same graph. The loop's condition is set by the body's last step.
+const BODY_STEPS: usize = 8;
 
 #[derive(Debug, Clone, Copy)]
 struct Config {
@@ -94,15 +100,19 @@ impl Config {
     /// final norm, LM head, argmax. fused: embed; per layer norm + QKV, rope + attention, output
     /// projection + residual, norm + gate/up + SiLU, down projection + residual; norm + LM head +
     /// argmax.
-    /// On the device the cublas set adds its countdown kernel; the fused set's LM head does
-    /// the countdown itself.
-    fn kernels_per_token(&self, set: KernelSet, mode: Mode) -> usize {
-        let countdown = usize::from(mode == Mode::OnDevice && set == KernelSet::Cublas);
-        countdown
+    /// On the device the cublas set adds its loop-condition kernel once per WHILE iteration
+    /// ([`BODY_STEPS`] steps); the fused set's LM head sets the condition itself.
+    fn kernels_per_token(&self, set: KernelSet, mode: Mode) -> f64 {
+        let condition = if mode == Mode::OnDevice && set == KernelSet::Cublas {
+            1.0 / BODY_STEPS as f64
+        } else {
+            0.0
+        };
+        condition
             + match set {
                 KernelSet::Cublas => 1 + self.layers * 9 + 3,
                 KernelSet::Fused => 1 + self.layers * 5 + 1,
-            }
+            } as f64
     }
 }
 
@@ -279,7 +289,8 @@ struct Kernels {
     )>,
     silu_mul: Kernel<(*const f32, *mut f32, i32)>,
     argmax_next: Kernel<(*const f32, i32, *mut i32, *mut i32, i32)>,
-    countdown: Kernel<(ConditionalHandle, *mut i32)>,
+    /// Sets a WHILE node's condition: true while the cache has a row for the next step.
+    while_room: Kernel<(ConditionalHandle, *const i32, i32)>,
     /// `y = W · (rmsnorm(x) ∘ norm_w)`: (w, x, norm_w, y, rows, cols).
     rms_gemv: Kernel<(*const f32, *const f32, *const f32, *mut f32, i32, i32)>,
     /// `act = silu(W_gate h) ∘ (W_up h)`, `h = rmsnorm(x) ∘ norm_w`: (w_gate_up, x, norm_w, act,
@@ -323,7 +334,6 @@ struct Model {
     logits: DeviceBuffer<f32>,
     tokens: DeviceBuffer<i32>,
     pos: DeviceBuffer<i32>,
-    remaining: DeviceBuffer<i32>,
     /// The fused LM head's best value per block ([`GEMV_MAX_BLOCKS`]).
     part_v: DeviceBuffer<f32>,
     /// The fused LM head's best index per block, then its count of finished blocks (at the
@@ -448,7 +458,6 @@ impl Model {
             logits: device.alloc_zeroed(cfg.vocab)?,
             tokens: device.alloc_zeroed(MAX_T)?,
             pos: device.alloc_zeroed(1)?,
-            remaining: device.alloc_zeroed(1)?,
             part_v: device.alloc_zeroed(GEMV_MAX_BLOCKS)?,
             part_i: device.alloc_zeroed(GEMV_MAX_BLOCKS + 1)?,
             cfg,
@@ -465,7 +474,6 @@ impl Model {
         }
         self.tokens.copy_from(&tokens)?;
         self.pos.copy_from(&[0])?;
-        self.remaining.copy_from(&[STEPS as i32])?;
         Ok(())
     }
 
@@ -480,7 +488,7 @@ impl Model {
 
     /// [`Model::step`] as a WHILE body (on a body's stream): it also sets the loop's condition
     /// through `h`, true while the cache has a row for the next step. The fused set does it in
-    /// its last kernel; the cublas set launches `countdown` after the step.
+    /// its last kernel; the cublas set launches `while_room` after the step.
     fn step_in_while(
         &self,
         k: &Kernels,
@@ -491,7 +499,11 @@ impl Model {
         match path {
             Path::Cublas(blas) => {
                 self.step_cublas(k, blas, s)?;
-                s.launch(&k.countdown, LaunchConfig::single(), (h, &self.remaining))?;
+                s.launch(
+                    &k.while_room,
+                    LaunchConfig::single(),
+                    (h, &self.pos, MAX_T as i32),
+                )?;
                 Ok(())
             }
             Path::Fused(f) => self.step_fused(k, f, s, Some(h)),
@@ -690,10 +702,17 @@ impl Bench<'_> {
             }
             Mode::OnDevice => {
                 let b = s.create_graph_builder().begin_building(ThreadLocal)?;
+                path.on(b.stream())?;
+                for _ in 0..STEPS % BODY_STEPS {
+                    m.step(self.k, path, b.stream())?;
+                }
                 let h = b.create_conditional_handle(Some(1))?;
                 {
                     let body = b.add_while(&h)?.begin_building(ThreadLocal)?;
                     path.on(body.stream())?;
+                    for _ in 1..BODY_STEPS {
+                        m.step(self.k, path, body.stream())?;
+                    }
                     m.step_in_while(self.k, path, body.stream(), h)?;
                     body.end_building()?;
                 }
@@ -868,7 +887,7 @@ fn run() -> Result<(), Box<dyn Error>> {
             attention: module.kernel("attention")?,
             silu_mul: module.kernel("silu_mul")?,
             argmax_next: module.kernel("argmax_next")?,
-            countdown: module.kernel("countdown")?,
+            while_room: module.kernel("while_room")?,
             rms_gemv: module.kernel("rms_gemv")?,
             rms_gate_up_silu: module.kernel("rms_gate_up_silu")?,
             gemv_residual: module.kernel("gemv_residual")?,
