@@ -1,27 +1,11 @@
 //! Inspecting and changing a definition's topology: nodes, edges, types, destroying nodes.
 
-use cudarc::driver::sys;
-
 use super::node::{self, GraphNode, NodeType};
 use super::GraphDefinition;
 use crate::driver;
+use crate::driver::graph::node_list as list;
 use crate::driver::graph::TreeState;
 use crate::error::{Error, Refusal, Result};
-
-/// A list the driver fills: asks for the count, then the entries (the tree is locked, so the
-/// count does not change in between).
-fn list(
-    mut fill: impl FnMut(*mut sys::CUgraphNode, *mut usize) -> Result<()>,
-) -> Result<Vec<sys::CUgraphNode>> {
-    let mut n = 0usize;
-    fill(std::ptr::null_mut(), &mut n)?;
-    let mut out = vec![std::ptr::null_mut(); n];
-    if n > 0 {
-        fill(out.as_mut_ptr(), &mut n)?;
-        out.truncate(n);
-    }
-    Ok(out)
-}
 
 impl GraphDefinition {
     /// Every node of the graph (`cuGraphGetNodes`), including those a capture recorded.

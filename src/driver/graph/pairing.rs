@@ -14,6 +14,7 @@
 
 use cudarc::driver::sys;
 
+use super::node_list as list;
 use crate::error::Result;
 
 /// A graph's structure as the driver lists it.
@@ -25,20 +26,6 @@ pub(crate) struct Shape {
     types: Vec<u32>,
     /// Each node's dependencies, as indices into `nodes`, in edge order.
     deps: Vec<Vec<u32>>,
-}
-
-/// A list the driver fills: the count first, then the entries.
-fn list(
-    mut fill: impl FnMut(*mut sys::CUgraphNode, *mut usize) -> Result<()>,
-) -> Result<Vec<sys::CUgraphNode>> {
-    let mut n = 0usize;
-    fill(std::ptr::null_mut(), &mut n)?;
-    let mut out = vec![std::ptr::null_mut(); n];
-    if n > 0 {
-        fill(out.as_mut_ptr(), &mut n)?;
-        out.truncate(n);
-    }
-    Ok(out)
 }
 
 impl Shape {
