@@ -2,7 +2,7 @@
 """Draws the decode benchmark's tokens per second as an SVG bar chart, from the CSV rows that
 examples/decode and benches/peers/torch_decode.py print (`decode,<config>,<mode>,<tok/s>,...`).
 
-    python3 scripts/decode-chart.py docs/decode.csv docs/decode.svg "H100 80GB HBM3, driver 13.0"
+    python3 scripts/decode-chart.py docs/decode.csv docs/decode.svg "H200, driver 13.0"
 
 No dependencies: the SVG is written by hand. One group of bars per configuration: PyTorch's
 modes in grey, then each kernel set of examples/decode (the rows' last column, `kernels`:

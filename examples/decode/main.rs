@@ -303,7 +303,7 @@ struct Kernels {
     /// Final norm, LM head and argmax_next: (w, x, norm_w, vocab, cols, part_v, part_i,
     /// tokens, pos, prompt_len, max_t); `part_i`'s entry past the grid counts arriving blocks.
     lm_head_argmax: LmHeadArgmax,
-    /// `lm_head_argmax` ending a WHILE body: it also sets the loop's condition (the countdown).
+    /// `lm_head_argmax` ending a WHILE body: it also sets the loop's condition.
     lm_head_argmax_while: LmHeadArgmaxWhile,
 }
 
