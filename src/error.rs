@@ -415,7 +415,9 @@ pub enum Refusal {
     /// Something that belongs to another graph, or is used where it does not belong: a
     /// [`GraphBuffer`](crate::GraphBuffer) in another graph than the one that allocates it, a
     /// free of an allocation this graph did not make, a conditional node of a copy, a conditional
-    /// handle that already drives a node. Use it only with the graph it came from.
+    /// handle that already drives a node, a node of an exec's latest update's source that cannot
+    /// be paired with the exec's nodes (inside a conditional body, either graph changed since,
+    /// or two look-alike sinks). Use it only with the graph it came from.
     ForeignGraph,
     /// Work that would not be ordered as it must be: a kernel using a
     /// [`GraphBuffer`](crate::GraphBuffer) that does not come after its allocation node, a free
@@ -638,8 +640,9 @@ pub enum Error {
     ForeignConditionalHandle,
 
     /// A [`GraphNode`](crate::GraphNode) was passed to a definition of another graph (an edge
-    /// between two graphs, a dependency from another graph).
-    #[error("the node belongs to another graph: pass a node only to the definition of the graph it was added to (or listed from)")]
+    /// between two graphs, a dependency from another graph), or to an exec that was neither
+    /// instantiated from its graph nor last updated from it.
+    #[error("the node belongs to another graph: pass a node only to the definition of the graph it was added to (or listed from), or to an exec instantiated from that graph or last updated from it")]
     ForeignNode,
 
     /// A [`GraphNode`](crate::GraphNode) was used after `destroy_node` destroyed it.

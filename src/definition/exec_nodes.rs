@@ -100,7 +100,7 @@ fn latest_node(state: &ExecState, node: &GraphNode) -> Result<Option<LatestNode>
     if tree.shape != latest.shape {
         return Err(Error::invalid(
             Refusal::ForeignGraph,
-            "the graph this exec was last updated from changed after the update (a node or edge was added or removed): its nodes no longer name the exec's; update the exec from it again",
+            "the graph this exec was last updated from, or a graph of its tree, changed after the update (a node or edge added or removed, a capture ended): its nodes no longer name the exec's; update the exec from it again",
         ));
     }
     let shape = match latest.pairs {
@@ -123,10 +123,12 @@ fn paired_node(
     tree: &mut TreeState,
     found: LatestNode,
 ) -> Result<GraphNode> {
+    // Refused here, before anything is read or registered, as `exec_node` refuses it.
+    tree.check_complete()?;
     if tree.shape != state.instantiated.shape {
         return Err(Error::invalid(
             Refusal::ForeignGraph,
-            "the graph this exec was instantiated from changed since (a node or edge was added or removed), so the nodes of a later update's source cannot be paired with the exec's: name the node through the graph the exec was instantiated from, or instantiate again",
+            "the graph this exec was instantiated from, or a graph of its tree, changed since (a node or edge added or removed, a capture ended), so the nodes of a later update's source cannot be paired with the exec's: name the node through the graph the exec was instantiated from, or instantiate again",
         ));
     }
     let instantiated = &mut state.instantiated;
@@ -158,10 +160,32 @@ fn paired_node(
         .ok_or_else(|| {
             Error::invalid(
                 Refusal::ForeignGraph,
-                "this node of the exec's latest update's source could not be paired with a node of the exec (the two graphs were not made by the same sequence of calls, or the node is inside a conditional body): name it through the graph the exec was instantiated from",
+                "the nodes of the graph this exec was last updated from cannot be paired with the exec's: two of its sinks (nodes nothing runs after) look alike, so the driver may have paired them either way; name the node through the graph the exec was instantiated from (or join the sinks)",
             )
         })?;
     Ok(node::token(tree, instantiated.id, raw as sys::CUgraphNode))
+}
+
+/// The error for a node that is neither the instantiation graph's nor a top-level node of the
+/// latest update's source: a refusal that says so where it is inside a conditional body of that
+/// source (such nodes are not paired), else [`Error::ForeignNode`]. Takes the source's tree
+/// lock: call it with no tree lock held.
+fn not_in_exec(state: &ExecState, node: &GraphNode) -> Error {
+    if let (Some(_), Some((root, _))) = (&state.latest, &state.current) {
+        let tree = root.lock();
+        let in_body = tree.nodes.knows_graph(node.graph)
+            || tree
+                .conditionals
+                .values()
+                .any(|rec| rec.owns_body(node.graph));
+        if in_body {
+            return Error::invalid(
+                Refusal::ForeignGraph,
+                "the node is inside a conditional body (or a child graph) of the graph this exec was last updated from: only that graph's own nodes are paired with the exec's; name it through the graph the exec was instantiated from",
+            );
+        }
+    }
+    Error::ForeignNode
 }
 
 impl Graph {
@@ -170,8 +194,11 @@ impl Graph {
     /// the next launch uses them. `node` is a node of the graph this exec was instantiated from
     /// (the definition, or the view of the ended builder), or a node of the graph of its latest
     /// update ([`Graph::update`], [`GraphCache::refresh`](crate::GraphCache::refresh)), which
-    /// names the exec node the update paired it with — as long as neither graph changed since
-    /// (see `docs/design/definitions.md`, "Per-node updates").
+    /// names the exec node the update paired it with — as long as neither graph changed since,
+    /// and the pairing is certain: where two sinks (nodes nothing runs after) of a graph look
+    /// alike (same node type, same dependencies' types in the same order, recursively), the
+    /// driver may pair them either way, and the source's nodes are refused (see
+    /// `docs/design/definitions.md`, "Per-node updates").
     ///
     /// The definition is not changed. The exec holds what the new parameters use; what the
     /// parameters it replaces used — an earlier `set_params`'s, or what the node was
@@ -180,11 +207,10 @@ impl Graph {
     /// (and once nothing else, such as the definition, holds it). A refusal — a node of another graph
     /// ([`Error::ForeignNode`]; an earlier update's source), destroyed ([`Error::DestroyedNode`])
     /// or added after the instantiation ([`Error::NodeNotInExec`]), a node of the latest
-    /// update's source after either graph changed, or that could not be paired
-    /// ([`Refusal::ForeignGraph`](crate::Refusal::ForeignGraph)), parameters of another device,
-    /// or the driver's
-    /// (it refuses, for example, a 2D memset or a kernel of another context) — leaves the exec and
-    /// what it holds as they were.
+    /// update's source inside one of its conditional bodies, after either graph changed, or
+    /// where the pairing is not certain ([`Refusal::ForeignGraph`](crate::Refusal::ForeignGraph)),
+    /// parameters of another device, or the driver's (it refuses, for example, a 2D memset or a
+    /// kernel of another context) — leaves the exec and what it holds as they were.
     ///
     /// Updates and launches of one exec are serialised.
     ///
@@ -224,7 +250,13 @@ impl Graph {
                 &paired
             }
         };
-        let raw_node = exec_node(&tree, &source, state.epoch, node)?;
+        let raw_node = match exec_node(&tree, &source, state.epoch, node) {
+            Err(Error::ForeignNode) => {
+                drop((tree, child_tree));
+                return Err(not_in_exec(&state, node));
+            }
+            r => r?,
+        };
         // SAFETY: the exec is live and its lock (`state`) held; `raw_node` is a live node of the
         // graph it was instantiated from, made before the instantiation (checked under that
         // graph's tree lock, held across the call), of kind `K` (a `TypedNode<K>` is only made for
@@ -325,8 +357,14 @@ fn exec_node_of<'a>(
             &paired
         }
     };
-    let raw = exec_node(&tree, source, state.epoch, node)?;
-    Ok((tree, raw))
+    match exec_node(&tree, source, state.epoch, node) {
+        Ok(raw) => Ok((tree, raw)),
+        Err(Error::ForeignNode) => {
+            drop(tree);
+            Err(not_in_exec(state, node))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn no_source() -> Error {

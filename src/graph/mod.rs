@@ -465,21 +465,28 @@ impl Graph {
     /// device is refused.
     ///
     /// After the update, per-node updates ([`set_params`](Self::set_params),
-    /// [`set_enabled`](Self::set_enabled)) take `source`'s nodes as well as those of the graph
-    /// the exec was instantiated from: each names the exec node the update paired it with.
+    /// [`set_enabled`](Self::set_enabled)) take `source`'s own nodes as well as those of the
+    /// graph the exec was instantiated from: each names the exec node the update paired it with
+    /// (see `set_params` for when they are refused).
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # use cuda_graph::*;
     /// # fn f(graph: &Graph, next_step: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<()> {
     /// match graph.update(next_step) {
-    ///     Ok(()) => {}                                   // same topology: parameters taken over
+    ///     Ok(()) => {
+    ///         // Same topology: parameters taken over, and the step's nodes name the exec's.
+    ///         // Switch off the node that runs first.
+    ///         let view = next_step.graph_definition()?;
+    ///         for node in view.nodes()? {
+    ///             if view.predecessors(&node)?.is_empty() {
+    ///                 graph.set_enabled(&node, false)?;
+    ///             }
+    ///         }
+    ///     }
     ///     Err(Error::Update { reason, .. }) => println!("instantiate again: {reason}"),
     ///     Err(e) => return Err(e),
     /// }
-    /// // The step's nodes now name the exec's: switch its first node off.
-    /// let first = next_step.graph_definition()?.nodes()?[0];
-    /// graph.set_enabled(&first, false)?;
     /// # Ok(()) }
     /// ```
     pub fn update(&self, source: &impl FinishedGraph) -> Result<()> {

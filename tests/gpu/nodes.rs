@@ -26,7 +26,8 @@ crate::gpu_tests! {
         child_graph_definition_update,
         cache_updates_or_instantiates,
         per_node_updates_name_nodes_of_the_latest_source,
-        per_node_updates_through_a_changed_or_older_source_are_refused;
+        per_node_updates_through_a_changed_or_older_source_are_refused,
+        per_node_updates_pair_by_structure_and_refuse_what_is_uncertain;
 }
 
 /// A kernel node; each call site names the kernel's parameters it matches.
@@ -469,6 +470,12 @@ fn cache_updates_or_instantiates(gpu: &Gpu) -> TestResult {
     Ok(())
 }
 
+/// Whether `r` is a [`Refusal::ForeignGraph`]: how an exec refuses a node of its latest update's
+/// source that it cannot pair.
+fn foreign_graph<T>(r: cuda_graph::Result<T>) -> bool {
+    matches!(r, Err(ref e) if e.refusal() == Some(Refusal::ForeignGraph))
+}
+
 /// Three `add_one` launches in a chain, captured: on `bufs[0]`, `bufs[1]`, `bufs[2]`.
 fn chain3(
     gpu: &Gpu,
@@ -509,7 +516,7 @@ fn chain_nodes(ended: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<[Kern
 
 /// After `GraphCache::refresh` updated its exec from a new capture, per-node updates take that
 /// capture's nodes: each names the exec node it was paired with, parameters and enabled state
-/// alike, and what the new parameters use stays until the next update replaced them.
+/// alike, and what the new parameters use stays until the next `set_params` replaced them.
 fn per_node_updates_name_nodes_of_the_latest_source(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
     let bufs: Vec<DeviceBuffer<i32>> = (0..7)
@@ -598,12 +605,11 @@ fn per_node_updates_through_a_changed_or_older_source_are_refused(gpu: &Gpu) -> 
     g.set_params(&older_middle, kp(&add_one, args![x]))?;
     let latest = first.try_clone()?;
     g.update(&latest)?;
-    let is_refusal = |r: cuda_graph::Result<()>| {
-        matches!(r, Err(Error::ForeignNode))
-            || matches!(r, Err(ref e) if e.refusal() == Some(Refusal::ForeignGraph))
-    };
     assert!(
-        is_refusal(g.set_params(&older_middle, kp(&add_one, args![x]))),
+        matches!(
+            g.set_params(&older_middle, kp(&add_one, args![x])),
+            Err(Error::ForeignNode)
+        ),
         "a node of a source two updates old"
     );
     // Nodes of the latest source (a clone of the definition) are paired...
@@ -616,10 +622,46 @@ fn per_node_updates_through_a_changed_or_older_source_are_refused(gpu: &Gpu) -> 
         .copied()
         .expect("a middle node");
     g.set_enabled(&middle, false)?;
-    // ... until it changes.
+    // ... until it changes: an added node, a removed edge, a destroyed node.
     latest.add_empty(&[])?;
-    assert!(is_refusal(g.set_enabled(&middle, true)));
-    assert!(is_refusal(g.is_enabled(&middle).map(|_| ())));
+    assert!(foreign_graph(g.set_enabled(&middle, true)), "a node added");
+    assert!(foreign_graph(g.is_enabled(&middle)));
+    let middle_of =
+        |def: &GraphDefinition| -> cuda_graph::Result<(GraphNode, GraphNode, GraphNode)> {
+            let nodes = def.nodes()?;
+            let find = |want: (bool, bool)| -> cuda_graph::Result<GraphNode> {
+                for n in &nodes {
+                    if (
+                        def.predecessors(n)?.is_empty(),
+                        def.successors(n)?.is_empty(),
+                    ) == want
+                    {
+                        return Ok(*n);
+                    }
+                }
+                Err(Error::ForeignNode)
+            };
+            Ok((
+                find((true, false))?,
+                find((false, false))?,
+                find((false, true))?,
+            ))
+        };
+    let edged = first.try_clone()?;
+    g.update(&edged)?;
+    let (head, mid, _) = middle_of(&edged)?;
+    g.set_enabled(&mid, false)?;
+    edged.remove_edge(&head, &mid)?;
+    assert!(foreign_graph(g.set_enabled(&mid, false)), "an edge removed");
+    let cut = first.try_clone()?;
+    g.update(&cut)?;
+    let (_, mid, tail) = middle_of(&cut)?;
+    g.set_enabled(&mid, false)?;
+    cut.destroy_node(tail)?;
+    assert!(
+        foreign_graph(g.set_enabled(&mid, false)),
+        "a node destroyed"
+    );
     // The instantiation graph's own node still names its exec node.
     assert!(
         !g.is_enabled(&n1)?,
@@ -630,5 +672,96 @@ fn per_node_updates_through_a_changed_or_older_source_are_refused(gpu: &Gpu) -> 
         bs.iter().map(|b| Ok(b.to_vec()?[0])).collect()
     };
     assert_eq!(read([a, b, c, x])?, [1, 0, 1, 0]);
+    Ok(())
+}
+
+/// The pairing follows the graphs' structure, not the order their nodes were made in; it is
+/// refused where the driver's pairing cannot be known (two look-alike sinks), after the
+/// instantiation graph changed, and for nodes inside the source's child graphs.
+fn per_node_updates_pair_by_structure_and_refuse_what_is_uncertain(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let bufs: Vec<DeviceBuffer<i32>> = (0..5)
+        .map(|_| gpu.device.alloc_zeroed::<i32>(1))
+        .collect::<cuda_graph::Result<_>>()?;
+    let [a, b, c, x, y] = &bufs[..] else {
+        unreachable!()
+    };
+    // A chain a -> b -> c made last node first, its edges added afterwards: listed c, b, a,
+    // where the captured chain the exec came from lists a, b, c.
+    let captured = chain3(gpu, &add_one, [a, b, c])?;
+    let g = captured.instantiate()?;
+    let backwards = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*) on c, b, a.
+    let on_c = k(&backwards, &[], &add_one, args![c])?;
+    let on_b = k(&backwards, &[], &add_one, args![b])?;
+    let on_a = k(&backwards, &[], &add_one, args![a])?;
+    backwards.add_edge(&on_a, &on_b)?;
+    backwards.add_edge(&on_b, &on_c)?;
+    g.update(&backwards)?;
+    // The head of the chain (listed last) names the exec's head: a stays, x is counted.
+    g.set_params(&on_a, kp(&add_one, args![x]))?;
+    launch(gpu, &g)?;
+    let read = |bs: [&DeviceBuffer<i32>; 4]| -> cuda_graph::Result<Vec<i32>> {
+        bs.iter().map(|b| Ok(b.to_vec()?[0])).collect()
+    };
+    assert_eq!(read([a, b, c, x])?, [0, 1, 1, 1]);
+
+    // Two unconnected kernels: the driver may pair them either way, so neither is named.
+    let pair_of = |p: &DeviceBuffer<i32>, q: &DeviceBuffer<i32>| -> cuda_graph::Result<_> {
+        let def = GraphDefinition::new(&gpu.device)?;
+        // add_one(int*) on p, and on q.
+        let first = k(&def, &[], &add_one, args![p])?;
+        k(&def, &[], &add_one, args![q])?;
+        Ok((def, first))
+    };
+    let (two, _) = pair_of(a, b)?;
+    let g2 = two.instantiate()?;
+    let (other, first) = pair_of(x, y)?;
+    g2.update(&other)?;
+    assert!(foreign_graph(g2.set_params(&first, kp(&add_one, args![c]))));
+    assert!(foreign_graph(g2.set_enabled(&first, false)));
+
+    // The instantiation graph changed after the exec was made: nothing can be paired with it.
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*) on a, then b, then c.
+    let n0 = k(&def, &[], &add_one, args![a])?;
+    let n1 = k(&def, &[&n0], &add_one, args![b])?;
+    k(&def, &[&n1], &add_one, args![c])?;
+    let g3 = def.instantiate()?;
+    let step = chain3(gpu, &add_one, [x, y, c])?;
+    g3.update(&step)?;
+    let [head, ..] = chain_nodes(&step)?;
+    g3.set_enabled(&head, true)?;
+    def.add_empty(&[])?;
+    assert!(foreign_graph(g3.set_enabled(&head, true)));
+    assert!(
+        g3.set_enabled(&n0, true).is_ok(),
+        "its own nodes still name the exec's"
+    );
+
+    // A node inside a child graph of the source is refused with its own reason; the child-graph
+    // node itself is paired.
+    let parent = |buf: &DeviceBuffer<i32>, v: i32| -> cuda_graph::Result<_> {
+        let p = GraphDefinition::new(&gpu.device)?;
+        let node = p.add_child_graph(&[], &memset_child(gpu, buf, v)?)?;
+        Ok((p, node))
+    };
+    let (p1, _) = parent(a, 1)?;
+    let g4 = p1.instantiate()?;
+    let (p2, child) = parent(b, 2)?;
+    g4.update(&p2)?;
+    let view = p2.node_info(&child)?.graph;
+    let inner = view.nodes()?[0];
+    match g4.set_enabled(&inner, false) {
+        Err(e) if e.refusal() == Some(Refusal::ForeignGraph) => {
+            assert!(e.to_string().contains("child graph"), "{e}")
+        }
+        other => return Err(format!("a node inside the source's child graph: {other:?}").into()),
+    }
+    let before = read([a, b, c, y])?;
+    g4.set_params(&child, NodeParams::child_graph(&memset_child(gpu, y, 7)?)?)?;
+    launch(gpu, &g4)?;
+    let after = read([a, b, c, y])?;
+    assert_eq!(after, [before[0], before[1], before[2], 7]);
     Ok(())
 }

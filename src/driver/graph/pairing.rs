@@ -3,14 +3,16 @@
 //! its latest update's source (see `docs/design/definitions.md`, "Per-node updates").
 //!
 //! The CUDA programming guide ("Whole Graph Update") pairs the sink nodes (nodes no other node
-//! runs after) in order, then, from each pair, their dependencies in the order the edges were
-//! made. The driver lists a graph's nodes in the order they were made, and a node's
-//! dependencies in edge order; [`pair`] pairs sinks in listing order, and checks that the
-//! result is a pairing of the whole graphs (same count, same types, each node paired once, each
-//! pair's dependency lists paired position by position). It is the driver's pairing wherever
-//! the driver's is determined (two graphs made by the same sequence of calls, the guide's
-//! condition); where two sinks could be paired either way, it may differ from the driver's.
-//! Either way it pairs each node with a node of the same type in the exec.
+//! runs after) in an order of its own — the order in which they became sinks, which node adds,
+//! edge removals and capture ends decide and the driver does not report — then, from each pair,
+//! their dependencies in the order the edges were made (the order the driver lists them in).
+//! [`pair`] does not guess the sinks' order: it pairs each sink with the sink of the same
+//! *signature* (its type and, recursively, its dependencies' signatures in order), and makes no
+//! pairing where two sinks of a graph share a signature, since the driver could then pair them
+//! either way. From the sinks on the pairing is forced, and it is checked to be a pairing of the
+//! whole graphs (same count, same types, each node paired once, each pair's dependency lists
+//! paired position by position). A successful update means the driver found such a pairing, and
+//! where sinks' signatures differ there is only one: [`pair`]'s is the driver's.
 
 use cudarc::driver::sys;
 
@@ -89,8 +91,61 @@ impl Shape {
     }
 }
 
+/// Structural signatures, interned: two nodes get the same id when their types are equal and so,
+/// in order, are their dependencies' signatures — across every shape signed by one interner.
+#[derive(Default)]
+struct Signatures {
+    ids: std::collections::HashMap<(u32, Vec<u32>), u32>,
+}
+
+impl Signatures {
+    /// Each node's signature in `shape`; `None` where a dependency is outside the listing or
+    /// the dependencies form a cycle (neither happens in a driver's graph).
+    fn of(&mut self, shape: &Shape) -> Option<Vec<u32>> {
+        const UNSET: u32 = u32::MAX;
+        let n = shape.nodes.len();
+        let mut sig = vec![UNSET; n];
+        let mut on_stack = vec![false; n];
+        // Depth first, without recursion: (node, how many of its dependencies were visited).
+        let mut stack: Vec<(usize, usize)> = Vec::new();
+        for root in 0..n {
+            if sig[root] != UNSET {
+                continue;
+            }
+            stack.push((root, 0));
+            on_stack[root] = true;
+            while let Some(top) = stack.len().checked_sub(1) {
+                let (v, i) = stack[top];
+                let deps = &shape.deps[v];
+                if let Some(&d) = deps.get(i) {
+                    stack[top].1 += 1;
+                    let d = d as usize;
+                    if d >= n || on_stack[d] {
+                        return None;
+                    }
+                    if sig[d] == UNSET {
+                        on_stack[d] = true;
+                        stack.push((d, 0));
+                    }
+                } else {
+                    let key = (
+                        shape.types[v],
+                        deps.iter().map(|&d| sig[d as usize]).collect(),
+                    );
+                    let next = self.ids.len() as u32;
+                    sig[v] = *self.ids.entry(key).or_insert(next);
+                    on_stack[v] = false;
+                    stack.pop();
+                }
+            }
+        }
+        Some(sig)
+    }
+}
+
 /// Pairs `new`'s nodes with `old`'s as the module docs say: entry `i` is the index in `old` of
-/// `new`'s node `i`. `None` where the two graphs are not paired whole this way.
+/// `new`'s node `i`. `None` where the two graphs are not paired whole this way, or where two
+/// sinks of one graph share a signature (the driver's pairing of them cannot be known).
 pub(crate) fn pair(old: &Shape, new: &Shape) -> Option<Vec<u32>> {
     let n = new.nodes.len();
     if old.nodes.len() != n {
@@ -98,6 +153,15 @@ pub(crate) fn pair(old: &Shape, new: &Shape) -> Option<Vec<u32>> {
     }
     let (old_sinks, new_sinks) = (old.sinks(), new.sinks());
     if old_sinks.len() != new_sinks.len() {
+        return None;
+    }
+    let mut signatures = Signatures::default();
+    let (old_sig, new_sig) = (signatures.of(old)?, signatures.of(new)?);
+    let mut sink_by_sig: std::collections::HashMap<u32, u32> = old_sinks
+        .iter()
+        .map(|&s| (old_sig[s as usize], s))
+        .collect();
+    if sink_by_sig.len() != old_sinks.len() {
         return None;
     }
     const NONE: u32 = u32::MAX;
@@ -121,7 +185,9 @@ pub(crate) fn pair(old: &Shape, new: &Shape) -> Option<Vec<u32>> {
             (x, y) => x == b && y == a,
         }
     };
-    for (&a, &b) in new_sinks.iter().zip(&old_sinks) {
+    for &a in &new_sinks {
+        // A signature no old sink has, or one a second new sink took already: no pairing.
+        let b = sink_by_sig.remove(&new_sig[a as usize])?;
         if !link(a, b, &mut work) {
             return None;
         }
@@ -205,9 +271,39 @@ mod tests {
         assert_eq!(pair(&old, &new), None);
     }
 
+    #[test]
+    fn sinks_pair_by_signature_not_by_listing_order() {
+        // old lists a memset sink (2) before a kernel sink (1), each after its own source (0);
+        // new lists them the other way round.
+        let old = shape(&[0, 0, 2, 1], &[&[], &[], &[0], &[1]]);
+        let new = shape(&[0, 0, 1, 2], &[&[], &[], &[0], &[1]]);
+        assert_eq!(pair(&old, &new), Some(vec![1, 0, 3, 2]));
+    }
+
+    #[test]
+    fn sinks_that_share_a_signature_are_not_paired() {
+        // Two unconnected kernel nodes: the driver orders such sinks by when they became sinks
+        // (an edge added and removed again can swap them), which no listing shows.
+        let two = shape(&[1, 1], &[&[], &[]]);
+        assert_eq!(pair(&two, &two), None);
+        // The same under a common source: still two sinks alike.
+        let fan = shape(&[0, 1, 1], &[&[], &[0], &[0]]);
+        assert_eq!(pair(&fan, &fan), None);
+        // Joined, they pair: the join's dependency order tells them apart.
+        let joined = shape(&[0, 1, 1, 3], &[&[], &[0], &[0], &[1, 2]]);
+        assert_eq!(pair(&joined, &joined), Some(vec![0, 1, 2, 3]));
+    }
+
+    #[test]
+    fn a_cycle_is_not_paired() {
+        let cycle = shape(&[1, 1], &[&[1], &[0]]);
+        assert_eq!(pair(&cycle, &cycle), None);
+    }
+
     proptest::proptest! {
-        /// A graph paired with itself listed in another order (its sinks kept in theirs) pairs
-        /// each node with itself: dependencies in edge order leave no choice.
+        /// A graph paired with itself listed in any other order pairs each node with itself
+        /// where its sinks' signatures differ (dependencies in edge order leave no choice), and
+        /// not at all where two sinks share one.
         #[test]
         fn a_relisted_graph_pairs_node_for_node(
             edges in proptest::collection::vec(
@@ -226,27 +322,15 @@ mod tests {
                     } else {
                         d.iter().map(|x| x % i as u32).collect()
                     };
-                    d.dedup();
+                    let mut seen = std::collections::HashSet::new();
+                    d.retain(|x| seen.insert(*x)); // one edge per pair of nodes, as in a graph
                     d
                 })
                 .collect();
             let old = Shape::from_parts(types[..n].to_vec(), deps.clone());
-            // A new listing order: sorted by random keys, then the sinks put back in their
-            // relative order.
-            let sinks = old.sinks();
+            // A new listing order, sorted by random keys: new node p is old node order[p].
             let mut order: Vec<u32> = (0..n as u32).collect();
             order.sort_by_key(|&i| keys[i as usize]);
-            let mut sink_slots = order
-                .iter()
-                .enumerate()
-                .filter(|(_, i)| sinks.contains(i))
-                .map(|(p, _)| p)
-                .collect::<Vec<_>>()
-                .into_iter();
-            for &s in &sinks {
-                order[sink_slots.next().unwrap()] = s;
-            }
-            // new node p is old node order[p].
             let mut position = vec![0u32; n];
             for (p, &i) in order.iter().enumerate() {
                 position[i as usize] = p as u32;
@@ -258,7 +342,12 @@ mod tests {
                     .map(|&i| deps[i as usize].iter().map(|&d| position[d as usize]).collect())
                     .collect(),
             );
-            proptest::prop_assert_eq!(pair(&old, &new), Some(order));
+            let sig = Signatures::default().of(&old).unwrap();
+            let sinks = old.sinks();
+            let distinct: std::collections::HashSet<u32> =
+                sinks.iter().map(|&s| sig[s as usize]).collect();
+            let expected = (distinct.len() == sinks.len()).then_some(order);
+            proptest::prop_assert_eq!(pair(&old, &new), expected);
         }
     }
 }
