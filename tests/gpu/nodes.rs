@@ -470,6 +470,11 @@ fn cache_updates_or_instantiates(gpu: &Gpu) -> TestResult {
     Ok(())
 }
 
+/// `n` one-int device counters, zeroed.
+fn counters(gpu: &Gpu, n: usize) -> cuda_graph::Result<Vec<DeviceBuffer<i32>>> {
+    (0..n).map(|_| gpu.device.alloc_zeroed::<i32>(1)).collect()
+}
+
 /// Whether `r` is a [`Refusal::ForeignGraph`]: how an exec refuses a node of its latest update's
 /// source that it cannot pair.
 fn foreign_graph<T>(r: cuda_graph::Result<T>) -> bool {
@@ -488,6 +493,20 @@ fn chain3(
         unsafe { bld.launch_unchecked(add_one, one(), &args![buf])? };
     }
     bld.end_building()
+}
+
+/// The same chain as [`chain3`], built as a definition: the definition and its nodes in order.
+fn defined_chain3(
+    gpu: &Gpu,
+    add_one: &Function,
+    bufs: [&DeviceBuffer<i32>; 3],
+) -> cuda_graph::Result<(GraphDefinition, [KernelNode; 3])> {
+    let def = GraphDefinition::new(&gpu.device)?;
+    // add_one(int*) on bufs[0], then bufs[1], then bufs[2].
+    let n0 = k(&def, &[], add_one, args![bufs[0]])?;
+    let n1 = k(&def, &[&n0], add_one, args![bufs[1]])?;
+    let n2 = k(&def, &[&n1], add_one, args![bufs[2]])?;
+    Ok((def, [n0, n1, n2]))
 }
 
 /// The first, middle and last node of a captured chain of three, found by their edges (not by
@@ -519,9 +538,7 @@ fn chain_nodes(ended: &GraphBuilder<Primary, Ended>) -> cuda_graph::Result<[Kern
 /// alike, and what the new parameters use stays until the next `set_params` replaced them.
 fn per_node_updates_name_nodes_of_the_latest_source(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
-    let bufs: Vec<DeviceBuffer<i32>> = (0..7)
-        .map(|_| gpu.device.alloc_zeroed::<i32>(1))
-        .collect::<cuda_graph::Result<_>>()?;
+    let bufs = counters(gpu, 7)?;
     let [a, b, c, d, e, f, x] = &bufs[..] else {
         unreachable!()
     };
@@ -587,17 +604,11 @@ fn per_node_updates_name_nodes_of_the_latest_source(gpu: &Gpu) -> TestResult {
 /// nodes always; the exec is left as it was.
 fn per_node_updates_through_a_changed_or_older_source_are_refused(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
-    let bufs: Vec<DeviceBuffer<i32>> = (0..4)
-        .map(|_| gpu.device.alloc_zeroed::<i32>(1))
-        .collect::<cuda_graph::Result<_>>()?;
+    let bufs = counters(gpu, 4)?;
     let [a, b, c, x] = &bufs[..] else {
         unreachable!()
     };
-    let first = GraphDefinition::new(&gpu.device)?;
-    // add_one(int*) on a, then b, then c.
-    let n0 = k(&first, &[], &add_one, args![a])?;
-    let n1 = k(&first, &[&n0], &add_one, args![b])?;
-    k(&first, &[&n1], &add_one, args![c])?;
+    let (first, [_, n1, _]) = defined_chain3(gpu, &add_one, [a, b, c])?;
     let g = first.instantiate()?;
     let older = chain3(gpu, &add_one, [a, b, c])?;
     g.update(&older)?;
@@ -680,9 +691,7 @@ fn per_node_updates_through_a_changed_or_older_source_are_refused(gpu: &Gpu) -> 
 /// instantiation graph changed, and for nodes inside the source's child graphs.
 fn per_node_updates_pair_by_structure_and_refuse_what_is_uncertain(gpu: &Gpu) -> TestResult {
     let add_one = gpu.f("add_one");
-    let bufs: Vec<DeviceBuffer<i32>> = (0..5)
-        .map(|_| gpu.device.alloc_zeroed::<i32>(1))
-        .collect::<cuda_graph::Result<_>>()?;
+    let bufs = counters(gpu, 5)?;
     let [a, b, c, x, y] = &bufs[..] else {
         unreachable!()
     };
@@ -722,11 +731,7 @@ fn per_node_updates_pair_by_structure_and_refuse_what_is_uncertain(gpu: &Gpu) ->
     assert!(foreign_graph(g2.set_enabled(&first, false)));
 
     // The instantiation graph changed after the exec was made: nothing can be paired with it.
-    let def = GraphDefinition::new(&gpu.device)?;
-    // add_one(int*) on a, then b, then c.
-    let n0 = k(&def, &[], &add_one, args![a])?;
-    let n1 = k(&def, &[&n0], &add_one, args![b])?;
-    k(&def, &[&n1], &add_one, args![c])?;
+    let (def, [n0, ..]) = defined_chain3(gpu, &add_one, [a, b, c])?;
     let g3 = def.instantiate()?;
     let step = chain3(gpu, &add_one, [x, y, c])?;
     g3.update(&step)?;
