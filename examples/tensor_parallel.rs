@@ -169,16 +169,23 @@ fn run(steps: usize) -> Result<(), Box<dyn std::error::Error>> {
     };
     let sync =
         || -> cuda_graph::Result<()> { ranks.iter().try_for_each(|r| r.stream.synchronize()) };
-    eager_step()?;
-    sync()?;
-    check("eager")?;
-    let t = Instant::now();
-    for _ in 0..steps {
-        eager_step()?;
-    }
-    sync()?;
-    let eager = t.elapsed().as_secs_f64() / steps as f64;
-    check("eager")?;
+    // One checked step, then `steps` timed ones, checked again: seconds per step.
+    let timed = |what: &str,
+                 step: &dyn Fn() -> cuda_graph::Result<()>|
+     -> Result<f64, Box<dyn std::error::Error>> {
+        step()?;
+        sync()?;
+        check(what)?;
+        let t = Instant::now();
+        for _ in 0..steps {
+            step()?;
+        }
+        sync()?;
+        let per_step = t.elapsed().as_secs_f64() / steps as f64;
+        check(what)?;
+        Ok(per_step)
+    };
+    let eager = timed("eager", &eager_step)?;
 
     // Graphs: each GPU's step captured on a thread of its own (a capture records its rank's
     // part of the all-reduce; NCCL groups stay outside captures), then one launch per GPU.
@@ -215,16 +222,7 @@ fn run(steps: usize) -> Result<(), Box<dyn std::error::Error>> {
             .zip(&ranks)
             .try_for_each(|(g, r)| g.launch(&r.stream))
     };
-    replay()?;
-    sync()?;
-    check("graphs")?;
-    let t = Instant::now();
-    for _ in 0..steps {
-        replay()?;
-    }
-    sync()?;
-    let graph = t.elapsed().as_secs_f64() / steps as f64;
-    check("graphs")?;
+    let graph = timed("graphs", &replay)?;
     println!(
         "tensor-parallel MLP ({D} -> {H} -> {D}, fp32) over {count} GPU(s), NCCL {}: eager {:.1} µs/step, graphs {:.1} µs/step ({:.2}x); values match the host",
         nccl::version()?,

@@ -242,20 +242,9 @@ impl Graph {
         } = params;
         let latest = latest_node(&state, node)?;
         let (mut tree, child_tree) = lock_with_child(&source, raw.child(), &mut owners)?;
-        let paired;
-        let node: &GraphNode = match latest {
-            None => node,
-            Some(found) => {
-                paired = paired_node(&mut state, &mut tree, found)?;
-                &paired
-            }
-        };
-        let raw_node = match exec_node(&tree, &source, state.epoch, node) {
-            Err(Error::ForeignNode) => {
-                drop((tree, child_tree));
-                return Err(not_in_exec(&state, node));
-            }
-            r => r?,
+        let Some((node, raw_node)) = resolve(&mut state, &mut tree, &source, node, latest)? else {
+            drop((tree, child_tree));
+            return Err(not_in_exec(&state, node));
         };
         // SAFETY: the exec is live and its lock (`state`) held; `raw_node` is a live node of the
         // graph it was instantiated from, made before the instantiation (checked under that
@@ -349,20 +338,33 @@ fn exec_node_of<'a>(
 ) -> Result<(TreeGuard<'a, TreeState>, sys::CUgraphNode)> {
     let latest = latest_node(state, node)?;
     let mut tree = source.lock();
-    let paired;
-    let node = match latest {
-        None => node,
-        Some(found) => {
-            paired = paired_node(state, &mut tree, found)?;
-            &paired
-        }
-    };
-    match exec_node(&tree, source, state.epoch, node) {
-        Ok(raw) => Ok((tree, raw)),
-        Err(Error::ForeignNode) => {
+    match resolve(state, &mut tree, source, node, latest)? {
+        Some((_, raw)) => Ok((tree, raw)),
+        None => {
             drop(tree);
             Err(not_in_exec(state, node))
         }
+    }
+}
+
+/// Under the instantiation tree's lock (`tree`): the exec node that `node` names — `node`
+/// itself, or its partner where [`latest_node`] found it in the latest update's source — as a
+/// token and the raw node ([`exec_node`]'s checks). `None` where it is foreign to the exec: the
+/// caller unlocks and returns [`not_in_exec`], which takes another tree's lock.
+fn resolve(
+    state: &mut ExecState,
+    tree: &mut TreeState,
+    source: &GraphHandle,
+    node: &GraphNode,
+    latest: Option<LatestNode>,
+) -> Result<Option<(GraphNode, sys::CUgraphNode)>> {
+    let node = match latest {
+        None => *node,
+        Some(found) => paired_node(state, tree, found)?,
+    };
+    match exec_node(tree, source, state.epoch, &node) {
+        Ok(raw) => Ok(Some((node, raw))),
+        Err(Error::ForeignNode) => Ok(None),
         Err(e) => Err(e),
     }
 }
