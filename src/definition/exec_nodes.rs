@@ -208,7 +208,9 @@ impl Graph {
     /// ([`Error::ForeignNode`]; an earlier update's source), destroyed ([`Error::DestroyedNode`])
     /// or added after the instantiation ([`Error::NodeNotInExec`]), a node of the latest
     /// update's source inside one of its conditional bodies, after either graph changed, or
-    /// where the pairing is not certain ([`Refusal::ForeignGraph`](crate::Refusal::ForeignGraph)),
+    /// where the pairing is not certain, or a node of the instantiation graph once the exec was
+    /// updated from that graph after its structure changed
+    /// ([`Refusal::ForeignGraph`](crate::Refusal::ForeignGraph)),
     /// parameters of another device, or the driver's (it refuses, for example, a 2D memset or a
     /// kernel of another context) — leaves the exec and what it holds as they were.
     ///
@@ -232,14 +234,15 @@ impl Graph {
         // Before the exec's lock (see `refuse_in_host_callback`).
         crate::driver::context::refuse_in_host_callback()?;
         params.check_device(self.exec.ctx.device)?;
+        // Taken apart before the exec's lock, so that parameters refused below are dropped after
+        // it is released: what they hold (a callback's closure) may call back into the crate,
+        // this exec included, when dropped.
+        let (raw, mut owners, handles) = params.into_parts();
         let mut state = self.lock_state();
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
         let source = state.source.clone().ok_or_else(no_source)?;
-        params.check_handles(&source)?;
-        let NodeParams {
-            raw, mut owners, ..
-        } = params;
+        super::params::check_handles(&handles, &source)?;
         let latest = latest_node(&state, node)?;
         let (mut tree, child_tree) = lock_with_child(&source, raw.child(), &mut owners)?;
         let Some((node, raw_node)) = resolve(&mut state, &mut tree, &source, node, latest)? else {
@@ -358,11 +361,15 @@ fn resolve(
     node: &GraphNode,
     latest: Option<LatestNode>,
 ) -> Result<Option<(GraphNode, sys::CUgraphNode)>> {
-    let node = match latest {
-        None => *node,
-        Some(found) => paired_node(state, tree, found)?,
+    let (node, own) = match latest {
+        None => (*node, true),
+        Some(found) => (paired_node(state, tree, found)?, false),
     };
     match exec_node(tree, source, state.epoch, &node) {
+        Ok(_) if own && state.instantiated.restructured => Err(Error::invalid(
+            Refusal::ForeignGraph,
+            "this exec was updated from the graph it was instantiated from after that graph's structure changed (a node or edge added or removed, a capture ended): the update paired the graph's nodes with the exec's by their new places, so they no longer name the exec nodes instantiated from them; instantiate again",
+        )),
         Ok(raw) => Ok(Some((node, raw))),
         Err(Error::ForeignNode) => Ok(None),
         Err(e) => Err(e),

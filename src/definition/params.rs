@@ -111,14 +111,13 @@ impl<K: NodeKind> NodeParams<K> {
     /// Refuses conditional handles of graphs outside `graph`'s chain (the graph the node is in,
     /// and the graphs whose body or child it is).
     pub(crate) fn check_handles(&self, graph: &crate::driver::graph::GraphHandle) -> Result<()> {
-        if self
-            .handles
-            .iter()
-            .any(|&h| !graph.any_in_chain(|id| id == h))
-        {
-            return Err(Error::ForeignConditionalHandle);
-        }
-        Ok(())
+        check_handles(&self.handles, graph)
+    }
+
+    /// The parameters taken apart: what the driver is given, what it uses, and the graphs of
+    /// the conditional handles among them (for [`check_handles`]).
+    pub(crate) fn into_parts(self) -> (RawParams, Owners, smallvec::SmallVec<[u64; 1]>) {
+        (self.raw, self.owners, self.handles)
     }
 
     /// Refuses parameters of another device than `graph`'s.
@@ -131,6 +130,18 @@ impl<K: NodeKind> NodeParams<K> {
             _ => Ok(()),
         }
     }
+}
+
+/// Refuses conditional handles (`handles`: the graphs they belong to) that are not of `graph`
+/// or a graph above it ([`Error::ForeignConditionalHandle`]).
+pub(crate) fn check_handles(
+    handles: &[u64],
+    graph: &crate::driver::graph::GraphHandle,
+) -> Result<()> {
+    if handles.iter().any(|&h| !graph.any_in_chain(|id| id == h)) {
+        return Err(Error::ForeignConditionalHandle);
+    }
+    Ok(())
 }
 
 impl NodeParams<node_kind::Kernel> {

@@ -257,6 +257,7 @@ impl Graph {
             raw: graph.raw as usize,
             shape: tree.shape,
             read: None,
+            restructured: false,
         };
         let memory_user =
             (!tree.memory_graphs.is_empty()).then(|| GraphMemoryUser::new(graph.ctx.device));
@@ -467,7 +468,9 @@ impl Graph {
     /// After the update, per-node updates ([`set_params`](Self::set_params),
     /// [`set_enabled`](Self::set_enabled)) take `source`'s own nodes as well as those of the
     /// graph the exec was instantiated from: each names the exec node the update paired it with
-    /// (see `set_params` for when they are refused).
+    /// (see `set_params` for when they are refused). An update from the graph the exec was
+    /// instantiated from, made after that graph's structure changed (a node or edge added or
+    /// removed), pairs its nodes by their new places, so from then on its nodes are refused.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -570,7 +573,8 @@ impl Graph {
         }
         let root = graph.root();
         // Per-node updates may name the nodes of a source from another tree from now on; those
-        // of the instantiation's own tree name the exec's nodes already.
+        // of the instantiation's own tree name the exec's nodes already, unless its structure
+        // changed since the instantiation: the driver then paired its nodes by their new places.
         state.latest = match &state.source {
             Some(source) if !Arc::ptr_eq(source, &root) => Some(state::Latest {
                 id: graph.id,
@@ -578,7 +582,10 @@ impl Graph {
                 shape,
                 pairs: None,
             }),
-            _ => None,
+            _ => {
+                state.instantiated.restructured |= shape != state.instantiated.shape;
+                None
+            }
         };
         let mut unused = None;
         if let Some(previous) = state.current.replace((root, keep)) {

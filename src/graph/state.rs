@@ -73,6 +73,10 @@ pub(crate) struct Instantiated {
     pub(crate) shape: u64,
     /// Its structure, read on the first pairing (while `shape` still holds).
     pub(crate) read: Option<crate::driver::graph::pairing::Shape>,
+    /// Whether the exec was updated from this graph after its structure changed: the driver
+    /// paired the graph's nodes with the exec's by their places, which may no longer be those
+    /// of the exec nodes instantiated from them, so the graph's nodes no longer name the exec's.
+    pub(crate) restructured: bool,
 }
 
 /// The source of an exec's latest update from another tree, for

@@ -27,7 +27,9 @@ crate::gpu_tests! {
         cache_updates_or_instantiates,
         per_node_updates_name_nodes_of_the_latest_source,
         per_node_updates_through_a_changed_or_older_source_are_refused,
-        per_node_updates_pair_by_structure_and_refuse_what_is_uncertain;
+        per_node_updates_pair_by_structure_and_refuse_what_is_uncertain,
+        per_node_updates_refuse_the_instantiation_graph_once_updated_from_it_rearranged,
+        per_node_updates_pair_look_alike_dependencies_as_the_driver_does;
 }
 
 /// A kernel node; each call site names the kernel's parameters it matches.
@@ -768,5 +770,92 @@ fn per_node_updates_pair_by_structure_and_refuse_what_is_uncertain(gpu: &Gpu) ->
     launch(gpu, &g4)?;
     let after = read([a, b, c, y])?;
     assert_eq!(after, [before[0], before[1], before[2], 7]);
+    Ok(())
+}
+
+/// An update from the graph the exec was instantiated from, after its chain was rearranged into
+/// the same topology, pairs the graph's nodes by their new places: a node no longer stands where
+/// the exec node made from it does, and the graph's nodes are refused. Before that update they
+/// still name the exec nodes made from them.
+fn per_node_updates_refuse_the_instantiation_graph_once_updated_from_it_rearranged(
+    gpu: &Gpu,
+) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let bufs = counters(gpu, 4)?;
+    let [a, b, c, x] = &bufs[..] else {
+        unreachable!()
+    };
+    let (def, [n0, n1, n2]) = defined_chain3(gpu, &add_one, [a, b, c])?;
+    let g = def.instantiate()?;
+    // a -> b -> c becomes b -> a -> c: the same topology with the first two nodes swapped.
+    def.remove_edge(&n0, &n1)?;
+    def.remove_edge(&n1, &n2)?;
+    def.add_edge(&n1, &n0)?;
+    def.add_edge(&n0, &n2)?;
+    // Not updated from it yet: the exec keeps the chain it was made with, n0 its head.
+    g.set_params(&n0, kp(&add_one, args![a]))?;
+    assert!(g.is_enabled(&n1)?);
+    g.update(&def)?;
+    // The exec's head, made from n0, now runs what n1 does (b): n0 no longer names it.
+    assert!(
+        foreign_graph(g.set_params(&n0, kp(&add_one, args![x]))),
+        "a node of the rearranged instantiation graph after an update from it"
+    );
+    assert!(foreign_graph(g.set_enabled(&n1, false)));
+    assert!(foreign_graph(g.is_enabled(&n2)));
+    launch(gpu, &g)?;
+    let read = |bs: [&DeviceBuffer<i32>; 4]| -> cuda_graph::Result<Vec<i32>> {
+        bs.iter().map(|b| Ok(b.to_vec()?[0])).collect()
+    };
+    assert_eq!(read([a, b, c, x])?, [1, 1, 1, 0]);
+    Ok(())
+}
+
+/// Two look-alike nodes (same type, no dependencies) that one node depends on are told apart
+/// only by their place in its dependency list. The crate pairs them in the order the driver lists
+/// them; the driver must have paired them so too: the node the crate disables is the one that
+/// runs the named node's work. The source's list is made in the other order than the
+/// instantiation graph's, once by adding the edges backwards and once by removing an edge and
+/// adding it again.
+fn per_node_updates_pair_look_alike_dependencies_as_the_driver_does(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let bufs = counters(gpu, 5)?;
+    let [a, b, c, x, y] = &bufs[..] else {
+        unreachable!()
+    };
+    let read = |bs: [&DeviceBuffer<i32>; 2]| -> cuda_graph::Result<Vec<i32>> {
+        bs.iter().map(|b| Ok(b.to_vec()?[0])).collect()
+    };
+    // Instantiated: add_one on a and on b, then on c after both (listed a, b).
+    let def = GraphDefinition::new(&gpu.device)?;
+    let on_a = k(&def, &[], &add_one, args![a])?;
+    let on_b = k(&def, &[], &add_one, args![b])?;
+    k(&def, &[&on_a, &on_b], &add_one, args![c])?;
+    for readded in [false, true] {
+        let g = def.instantiate()?;
+        // The source: add_one on x and on y, then on c after both, with c's dependencies listed
+        // y, x.
+        let source = GraphDefinition::new(&gpu.device)?;
+        let on_x = k(&source, &[], &add_one, args![x])?;
+        let on_y = k(&source, &[], &add_one, args![y])?;
+        if readded {
+            let on_c = k(&source, &[&on_x, &on_y], &add_one, args![c])?;
+            source.remove_edge(&on_x, &on_c)?;
+            source.add_edge(&on_x, &on_c)?;
+        } else {
+            let on_c = k(&source, &[&on_y], &add_one, args![c])?;
+            source.add_edge(&on_x, &on_c)?;
+        }
+        g.update(&source)?;
+        g.set_enabled(&on_x, false)?;
+        let before = read([x, y])?;
+        launch(gpu, &g)?;
+        let after = read([x, y])?;
+        assert_eq!(
+            [after[0] - before[0], after[1] - before[1]],
+            [0, 1],
+            "the node disabled through x's ran (edge re-added: {readded})"
+        );
+    }
     Ok(())
 }

@@ -33,7 +33,9 @@ crate::gpu_tests! {
     Needs::Conditional(DriverVersion::V12_3) =>
         invalidated_body_then_parent_ends_completes_and_drops,
         invalidated_body_dropped_without_ending;
-    Needs::Gpu => a_drop_on_the_release_thread_may_begin_a_capture;
+    Needs::Gpu =>
+        a_drop_on_the_release_thread_may_begin_a_capture,
+        a_refused_per_node_update_drops_its_parameters_with_the_exec_unlocked;
     Needs::Conditional(DriverVersion::V12_8) =>
         switch_with_a_huge_count_is_refused_at_once,
         switch_bodies_cost_no_stream_until_captured;
@@ -413,6 +415,59 @@ fn a_drop_on_the_release_thread_may_begin_a_capture(gpu: &Gpu) -> TestResult {
             b.end_building().map(|_| ()).map_err(|e| e.to_string())
         })?;
     }
+    Ok(())
+}
+
+/// A value held by the closure of a host callback's parameters, whose `Drop` asks `graph` about
+/// one of its nodes (the exec's lock) and reports the answer.
+struct AsksOnDrop {
+    graph: Arc<Graph>,
+    node: KernelNode,
+    done: mpsc::Sender<cuda_graph::Result<bool>>,
+}
+
+impl Drop for AsksOnDrop {
+    fn drop(&mut self) {
+        let _ = self.done.send(self.graph.is_enabled(&self.node));
+    }
+}
+
+/// A per-node update the exec refuses (a node of another graph) drops the parameters it was
+/// given. It dropped them with the exec's lock held: a closure's value whose `Drop` calls back
+/// into the same exec hung (or, in a debug build, panicked on the lock order).
+fn a_refused_per_node_update_drops_its_parameters_with_the_exec_unlocked(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: add_one(int*).
+    let kernel = unsafe { def.add_kernel_unchecked(&[], &gpu.f("add_one"), one(), &args![&buf])? };
+    def.add_host_callback(&[&kernel], || {})?;
+    let graph = Arc::new(def.instantiate()?);
+    let other = GraphDefinition::new(&gpu.device)?;
+    let (foreign, _) = other.add_host_callback(&[], || {})?;
+    let (tx, rx) = mpsc::channel();
+    let asks = AsksOnDrop {
+        graph: graph.clone(),
+        node: kernel,
+        done: tx,
+    };
+    let (params, _observer) = NodeParams::host_callback(move || {
+        let _ = &asks;
+    });
+    let refusal = within(
+        20,
+        "a refused set_params whose parameters call back into the exec",
+        move || {
+            Ok(graph
+                .set_params(&foreign, params)
+                .err()
+                .map(|e| e.to_string()))
+        },
+    )?;
+    assert_eq!(refusal, Some(Error::ForeignNode.to_string()));
+    assert!(
+        rx.recv_timeout(Duration::from_secs(5))??,
+        "the Drop found the kernel node enabled"
+    );
     Ok(())
 }
 
