@@ -341,8 +341,9 @@ pub enum UpdateFailure {
     /// `CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED`: node attributes changed in an unsupported way.
     AttributesChanged,
     /// The source's kernels use graph memory ([`GraphBuffer`](crate::GraphBuffer)) of its own
-    /// allocation nodes, whose addresses this exec (instantiated from another graph) does not
-    /// map: refused by this crate before the driver is asked. Instantiate the source instead.
+    /// allocation nodes (freed in the graph or not), whose addresses this exec (instantiated
+    /// from another graph) does not map: refused by this crate before the driver is asked.
+    /// Instantiate the source instead.
     GraphMemory,
     /// A result value this crate does not know.
     Other(u32),

@@ -670,6 +670,7 @@ pub(crate) fn capture_dependencies(stream: sys::CUstream) -> Result<Vec<sys::CUg
 /// Records `node` as a user of each use's allocation, for the check of its free node.
 pub(crate) fn note_users(tree: &mut TreeState, node: usize, uses: &[GraphUse]) {
     for u in uses {
+        tree.memory_viewed.insert(u.graph);
         let users = tree.memory_users.entry((u.graph, u.alloc)).or_default();
         if !users.contains(&node) {
             users.push(node);

@@ -340,6 +340,7 @@ pub(crate) fn forget_graphs(tree: &mut TreeState, mut owned: Vec<u64>) -> Vec<Ow
         }
         tree.unfreed.retain(|(parent, _), _| *parent != g);
         tree.memory_users.retain(|(parent, _), _| *parent != g);
+        tree.memory_viewed.remove(&g);
         owned.extend_from_slice(&below);
         work.extend(below);
     }

@@ -223,6 +223,13 @@ impl Drop for DeviceAlloc {
         if self.owner.is_some() || self.parent.is_some() {
             // The caller's memory: its owner (dropped after this) frees it, or not. A part of
             // another allocation: that allocation's handle frees it.
+            if release::in_host_callback() {
+                // The owner's drop may call the driver (a cudarc slice frees its memory), which a
+                // host callback's thread must not: the release thread drops it.
+                if let Some(owner) = self.owner.take() {
+                    release::later(Box::new(move || drop(owner)));
+                }
+            }
             return;
         }
         match self.ordered.take() {

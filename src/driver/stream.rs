@@ -225,7 +225,13 @@ impl StreamHandle {
 impl Drop for StreamHandle {
     fn drop(&mut self) {
         // Idle again, unless a capture it took part in left it capturing (a failed end).
-        if matches!(self.origin, Origin::Borrowed(_)) {
+        if let Origin::Borrowed(owner) = &mut self.origin {
+            if release::in_host_callback() {
+                // The owner's drop may call the driver (a cudarc stream destroys itself), which a
+                // host callback's thread must not: the release thread drops it.
+                let owner = std::mem::replace(owner, Box::new(()));
+                release::later(Box::new(move || drop(owner)));
+            }
             return;
         }
         if matches!(self.origin, Origin::Pooled) {

@@ -343,8 +343,13 @@ impl Graph {
             state.pending_ready.clear();
             Ok(())
         })?;
-        state.last_stream = Some(stream.clone());
+        let previous = state.last_stream.replace(stream.clone());
         state.launched_since_update = true;
+        drop(state);
+        // The stream launched on before may have been its last handle: a stream made from the
+        // caller's (`Stream::from_raw`, `from_cudarc`) then drops its owner, whose `Drop` may
+        // call back into the crate, this exec included. Dropped with no lock held.
+        drop(previous);
         Ok(())
     }
 
@@ -513,9 +518,10 @@ impl Graph {
         let mut tree = graph.lock();
         tree.check_complete()?;
         if state.source.as_ref().is_some_and(|s| s.id != graph.id)
-            && tree.memory_users.keys().any(|&(g, _)| g == graph.id)
+            && tree.memory_viewed.contains(&graph.id)
         {
-            // Its kernels address the source's own allocations, which this exec does not map.
+            // Its kernels address the source's own allocations, which this exec does not map
+            // (freed in the graph or not).
             return Err(Error::Update {
                 reason: UpdateFailure::GraphMemory,
                 source: None,

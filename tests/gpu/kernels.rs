@@ -18,6 +18,7 @@ crate::gpu_tests! {
         slices_carry_their_length,
         graph_allocations_as_buffers,
         graph_buffers_are_safe_views_checked_in_order,
+        updates_from_graphs_whose_kernels_used_their_freed_graph_memory_are_refused,
         borrowed_memory_outlives_the_stream_work_that_uses_it;
     Needs::Conditional(DriverVersion::V12_3) => typed_kernels_set_conditions;
 }
@@ -640,5 +641,73 @@ fn borrowed_memory_outlives_the_stream_work_that_uses_it(gpu: &Gpu) -> TestResul
             "use {i}: the owner went {at:?} after the launch, while the 300 ms kernel ahead of its work still ran"
         );
     }
+    Ok(())
+}
+
+/// An exec takes no update from another graph whose kernels use that graph's own allocations
+/// (their addresses are the source's, which the exec does not map), even where the source frees
+/// them: the refusal saw only allocations not freed yet, and passed such an update to the driver.
+/// A cache instantiates the source instead, and says why.
+fn updates_from_graphs_whose_kernels_used_their_freed_graph_memory_are_refused(
+    gpu: &Gpu,
+) -> TestResult {
+    // SAFETY: copy_slice_i32(Slice<const int>, Slice<int>) copies min(len) elements.
+    let copy = unsafe {
+        gpu.module
+            .kernel::<(ConstSlice<i32>, Slice<i32>)>("copy_slice_i32")?
+    };
+    // SAFETY: fill_slice(Slice<int> p, int v) writes p.ptr[i] for i < p.len only.
+    let fill = unsafe { gpu.module.kernel::<(Slice<i32>, i32)>("fill_slice")? };
+    let cfg = LaunchConfig::for_num_elems(4);
+    // alloc -> fill with v -> copy out -> free.
+    let twin = |v: i32, out: &DeviceBuffer<i32>| -> cuda_graph::Result<GraphDefinition> {
+        let def = GraphDefinition::new(&gpu.device)?;
+        let (alloc, scratch) = def.add_mem_alloc(&[], 4 * 4)?;
+        let tmp = scratch.view::<i32>()?;
+        let filled = def.add_kernel(&[&alloc], &fill, cfg, (&tmp, v))?;
+        let copied = def.add_kernel(&[&filled], &copy, cfg, (&tmp, out))?;
+        def.add_mem_free(&[&copied], scratch)?;
+        Ok(def)
+    };
+    let outs = [
+        gpu.device.alloc_zeroed::<i32>(4)?,
+        gpu.device.alloc_zeroed::<i32>(4)?,
+    ];
+    let a = twin(1, &outs[0])?;
+    let b = twin(2, &outs[1])?;
+    let s = gpu.stream();
+    let exec = a.instantiate()?;
+    match exec.update(&b) {
+        Err(Error::Update {
+            reason: cuda_graph::UpdateFailure::GraphMemory,
+            ..
+        }) => {}
+        Ok(()) => {
+            return Err("an update from a graph whose kernels use its own (freed) graph memory was passed to the driver".into())
+        }
+        other => return Err(format!("an update from another graph's views: {other:?}").into()),
+    }
+    // The exec is as it was.
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(outs[0].to_vec()?, [1; 4]);
+    assert_eq!(outs[1].to_vec()?, [0; 4]);
+    drop(exec);
+
+    let c = twin(3, &outs[0])?;
+    let d = twin(4, &outs[1])?;
+    let mut cache = GraphCache::new(InstantiateOptions::new());
+    cache.refresh(&c)?;
+    match cache.refresh(&d)? {
+        CacheOutcome::Instantiated {
+            refused: Some(cuda_graph::UpdateFailure::GraphMemory),
+        } => {}
+        other => {
+            return Err(format!("a cache refreshed from another graph's views: {other:?}").into())
+        }
+    }
+    cache.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(outs[1].to_vec()?, [4; 4]);
     Ok(())
 }

@@ -12,7 +12,7 @@ use cuda_graph::{DriverVersion, GraphDebugPrintOptions, MemAllocOptions, NodeTyp
 
 use crate::args;
 use crate::support::{
-    eventually, global_captures_beside_drops, one, stays, Gpu, Needs, TestResult,
+    eventually, global_captures_beside_drops, one, stays, within, Gpu, Needs, TestResult,
 };
 
 crate::gpu_tests! {
@@ -35,7 +35,9 @@ crate::gpu_tests! {
         invalidated_body_dropped_without_ending;
     Needs::Gpu =>
         a_drop_on_the_release_thread_may_begin_a_capture,
-        a_refused_per_node_update_drops_its_parameters_with_the_exec_unlocked;
+        a_refused_per_node_update_drops_its_parameters_with_the_exec_unlocked,
+        a_stream_launched_on_before_drops_its_owner_with_the_exec_unlocked,
+        owners_dropped_in_a_host_callback_are_dropped_off_its_thread;
     Needs::Conditional(DriverVersion::V12_8) =>
         switch_with_a_huge_count_is_refused_at_once,
         switch_bodies_cost_no_stream_until_captured;
@@ -89,22 +91,6 @@ fn back_to(gpu: &Gpu, baseline: usize) -> bool {
 }
 
 const BIG: usize = 64 << 20; // 64 Mi ints = 256 MiB
-
-/// Runs `f` on a thread and fails if it does not finish within `secs` (a hang becomes a failure).
-fn within<T: Send + 'static>(
-    secs: u64,
-    what: &str,
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, Box<dyn std::error::Error>> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(format!("{what}: did not finish within {secs} s (hang)").into()),
-    }
-}
 
 /// Launches `graph` on `stream` and waits for it on a thread, failing if that does not finish
 /// within 20 s (a callback in the graph that hangs becomes a failure).
@@ -468,6 +454,117 @@ fn a_refused_per_node_update_drops_its_parameters_with_the_exec_unlocked(gpu: &G
         rx.recv_timeout(Duration::from_secs(5))??,
         "the Drop found the kernel node enabled"
     );
+    Ok(())
+}
+
+/// The owner of a stream made with `Stream::from_raw` whose `Drop` launches `graph` and reports
+/// the result.
+struct LaunchesOnDrop {
+    graph: Arc<Graph>,
+    stream: Stream,
+    done: mpsc::Sender<cuda_graph::Result<()>>,
+}
+
+impl Drop for LaunchesOnDrop {
+    fn drop(&mut self) {
+        let r = self.graph.launch(&self.stream);
+        let _ = self.done.send(r);
+    }
+}
+
+/// An exec keeps the stream it was last launched on; a launch on another stream drops it. Where
+/// that was the last handle of a stream made from the caller's (`Stream::from_raw`), its owner's
+/// `Drop` ran under the exec's lock: one that launched the same exec hung.
+fn a_stream_launched_on_before_drops_its_owner_with_the_exec_unlocked(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: add_one(int*).
+    unsafe { def.add_kernel_unchecked(&[], &gpu.f("add_one"), one(), &args![&buf])? };
+    let graph = Arc::new(def.instantiate()?);
+    let inner = gpu.stream();
+    let (tx, rx) = mpsc::channel();
+    let owner = LaunchesOnDrop {
+        graph: graph.clone(),
+        stream: inner.clone(),
+        done: tx,
+    };
+    // SAFETY: `inner` is a stream of the device's primary context, kept alive by the owner's
+    // clone below for as long as the borrowed stream lives.
+    let borrowed = unsafe { Stream::from_raw(&gpu.device, inner.as_raw(), (owner, inner.clone())) };
+    graph.launch(&borrowed)?;
+    borrowed.synchronize()?;
+    drop(borrowed);
+    let other = gpu.stream();
+    let on_other = other.clone();
+    let g = graph.clone();
+    within(
+        20,
+        "a launch that drops a borrowed stream whose owner launches the exec",
+        move || g.launch(&on_other).map_err(|e| e.to_string()),
+    )?;
+    rx.recv_timeout(Duration::from_secs(5))??;
+    other.synchronize()?;
+    inner.synchronize()?;
+    // Launched on the borrowed stream, on the other, and by the owner's drop.
+    assert_eq!(buf.to_vec()?, [3]);
+    Ok(())
+}
+
+/// Reports the thread it is dropped on.
+struct ThreadOnDrop(mpsc::Sender<std::thread::ThreadId>);
+
+impl Drop for ThreadOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(std::thread::current().id());
+    }
+}
+
+/// A buffer or a stream made from the caller's memory or stream (`from_raw`, `from_cudarc`),
+/// dropped inside a host callback: its owner's drop may call the driver (a cudarc slice frees
+/// its memory), which a host callback must not. The owner was dropped on the callback's thread;
+/// it goes to the release thread.
+fn owners_dropped_in_a_host_callback_are_dropped_off_its_thread(gpu: &Gpu) -> TestResult {
+    let mem = gpu.device.alloc_zeroed::<i32>(1)?;
+    let keep = gpu.stream();
+    let (owner_tx, owner_rx) = mpsc::channel();
+    // SAFETY: `mem` is an allocation of the device's primary context that outlives the buffer
+    // (the test holds it until the end).
+    let buffer = unsafe {
+        DeviceBuffer::<i32>::from_raw(
+            &gpu.device,
+            mem.device_ptr(),
+            1,
+            ThreadOnDrop(owner_tx.clone()),
+        )?
+    };
+    // SAFETY: `keep` is a stream of the device's primary context, held by the owner.
+    let stream = unsafe {
+        Stream::from_raw(
+            &gpu.device,
+            keep.as_raw(),
+            (ThreadOnDrop(owner_tx), keep.clone()),
+        )
+    };
+    let (cb_tx, cb_rx) = mpsc::channel();
+    let mut held = Some((buffer, stream));
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    b.add_host_callback(move || {
+        let _ = cb_tx.send(std::thread::current().id());
+        drop(held.take());
+    })?;
+    let g = b.end_building()?.instantiate()?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    let callback = cb_rx.recv_timeout(Duration::from_secs(5))?;
+    for what in ["the buffer's owner", "the stream's owner"] {
+        let dropped_on = owner_rx.recv_timeout(Duration::from_secs(10))?;
+        assert_ne!(
+            dropped_on, callback,
+            "{what} was dropped on the host callback's thread"
+        );
+    }
+    drop(mem);
     Ok(())
 }
 

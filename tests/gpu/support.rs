@@ -210,3 +210,19 @@ pub fn global_captures_beside_drops<T: Send + 'static>(
     assert_eq!(counter.to_vec()?, [cycles], "every capture ran once");
     Ok(cycles)
 }
+
+/// Runs `f` on a thread and fails if it does not finish within `secs` (a hang becomes a failure).
+pub fn within<T: Send + 'static>(
+    secs: u64,
+    what: &str,
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, Box<dyn std::error::Error>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(format!("{what}: did not finish within {secs} s (hang)").into()),
+    }
+}

@@ -224,6 +224,10 @@ pub(crate) struct TreeState {
     /// Kernel nodes that use an allocation through a `GraphBuffer`: `(graph id, raw allocation
     /// node)` → the raw nodes, which its free node must run after.
     pub(crate) memory_users: IdMap<(u64, usize), Vec<usize>>,
+    /// Graphs whose allocations a node ever used through a `GraphBuffer`, kept after the free
+    /// node (unlike [`memory_users`](Self::memory_users)): an exec of another graph does not
+    /// map their addresses, so it takes no update from them.
+    pub(crate) memory_viewed: IdSet<u64>,
     /// Graphs holding memory allocation (and so free) nodes. CUDA forbids deleting nodes or
     /// edges of such a graph: `destroy_node` and `remove_edge` refuse it.
     pub(crate) memory_graphs: IdSet<u64>,
