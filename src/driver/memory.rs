@@ -250,34 +250,52 @@ impl Drop for DeviceAlloc {
 /// than freed early.
 fn free_ordered(ctx: Arc<PrimaryContext>, ptr: sys::CUdeviceptr, o: Ordered) {
     let job = move || {
-        if ctx.bind().is_err() {
-            return;
+        // A stream made from the caller's (`Stream::from_raw`) drops its owner with its last
+        // handle, and the owner's `Drop` may call back into the crate: never inside a destroy
+        // job, which runs under the destroy order lock. The release thread drops it.
+        if let Some(o) = free_ordered_now(&ctx, ptr, o).filter(|o| o.stream.is_borrowed()) {
+            release::later(Box::new(move || drop(o)));
         }
-        if let Some(slot) = o.stream.try_slot() {
-            if slot.is_none() && o.stream.is_idle_of_captures() {
-                // SAFETY: the stream is live and not capturing (checked under its slot, which is
-                // held across the call); the memory was allocated by `cuMemAllocAsync` and is
-                // freed once, after the work queued on its stream.
-                if unsafe { drv!(cuMemFreeAsync(ptr, o.stream.raw)) }.is_ok() {
-                    return;
-                }
-            }
-        }
-        let stream = o.stream;
-        let spawned = std::thread::Builder::new()
-            .name("cuda-graph-free".into())
-            .spawn(move || {
-                if super::stream::wait_until_idle(&stream) {
-                    // SAFETY: the work queued on the allocation's stream has finished (other
-                    // streams are ordered by the user, as for any stream-ordered memory);
-                    // `cuMemFree_v2` frees `cuMemAllocAsync` memory without waiting; freed once.
-                    release::destroy_in(&ctx, ptr, |ptr| unsafe { drv_drop!(cuMemFree_v2(ptr)) });
-                }
-            });
-        // Without a thread the memory leaks: never freed while still in use.
-        drop(spawned);
     };
     release::destroy(job);
+}
+
+/// [`free_ordered`]'s job: frees `ptr` now on its stream, or hands it to a thread of its own.
+/// Returns `o` where it is left to drop (the thread takes its stream otherwise).
+fn free_ordered_now(
+    ctx: &Arc<PrimaryContext>,
+    ptr: sys::CUdeviceptr,
+    o: Ordered,
+) -> Option<Ordered> {
+    if ctx.bind().is_err() {
+        return Some(o);
+    }
+    let freed = match o.stream.try_slot() {
+        Some(slot) if slot.is_none() && o.stream.is_idle_of_captures() => {
+            // SAFETY: the stream is live and not capturing (checked under its slot, which is
+            // held across the call); the memory was allocated by `cuMemAllocAsync` and is freed
+            // once, after the work queued on its stream.
+            unsafe { drv!(cuMemFreeAsync(ptr, o.stream.raw)) }.is_ok()
+        }
+        _ => false,
+    };
+    if freed {
+        return Some(o);
+    }
+    let (ctx, stream) = (ctx.clone(), o.stream);
+    let spawned = std::thread::Builder::new()
+        .name("cuda-graph-free".into())
+        .spawn(move || {
+            if super::stream::wait_until_idle(&stream) {
+                // SAFETY: the work queued on the allocation's stream has finished (other streams
+                // are ordered by the user, as for any stream-ordered memory); `cuMemFree_v2`
+                // frees `cuMemAllocAsync` memory without waiting; freed once.
+                release::destroy_in(&ctx, ptr, |ptr| unsafe { drv_drop!(cuMemFree_v2(ptr)) });
+            }
+        });
+    // Without a thread the memory leaks: never freed while still in use.
+    drop(spawned);
+    None
 }
 
 /// Copies the whole of `alloc` to host memory at `dst` on the context's private setup stream

@@ -37,7 +37,8 @@ crate::gpu_tests! {
         a_drop_on_the_release_thread_may_begin_a_capture,
         a_refused_per_node_update_drops_its_parameters_with_the_exec_unlocked,
         a_stream_launched_on_before_drops_its_owner_with_the_exec_unlocked,
-        owners_dropped_in_a_host_callback_are_dropped_off_its_thread;
+        owners_dropped_in_a_host_callback_are_dropped_off_its_thread,
+        a_stream_ordered_free_drops_a_borrowed_streams_owner_outside_its_destroy;
     Needs::Conditional(DriverVersion::V12_8) =>
         switch_with_a_huge_count_is_refused_at_once,
         switch_bodies_cost_no_stream_until_captured;
@@ -565,6 +566,56 @@ fn owners_dropped_in_a_host_callback_are_dropped_off_its_thread(gpu: &Gpu) -> Te
         );
     }
     drop(mem);
+    Ok(())
+}
+
+/// The owner of a stream made with `Stream::from_raw` whose `Drop` begins and ends a `Global`
+/// capture and reports the result.
+struct CapturesGlobalOnDrop {
+    device: Device,
+    done: mpsc::Sender<cuda_graph::Result<()>>,
+}
+
+impl Drop for CapturesGlobalOnDrop {
+    fn drop(&mut self) {
+        let r = self
+            .device
+            .create_graph_builder()
+            .and_then(|b| b.begin_building(Global))
+            .and_then(|b| b.end_building())
+            .map(|_| ());
+        let _ = self.done.send(r);
+    }
+}
+
+/// A stream-ordered buffer that outlives every `Stream` of its stream drops the stream's last
+/// handle when it is freed. Where that stream was made from the caller's, its owner's `Drop` ran
+/// inside the free's destroy job (under the destroy order lock and the capture gate's read
+/// side): one that began a `Global` capture hung.
+fn a_stream_ordered_free_drops_a_borrowed_streams_owner_outside_its_destroy(
+    gpu: &Gpu,
+) -> TestResult {
+    let inner = gpu.stream();
+    let (tx, rx) = mpsc::channel();
+    let owner = CapturesGlobalOnDrop {
+        device: gpu.device.clone(),
+        done: tx,
+    };
+    // SAFETY: `inner` is a stream of the device's primary context, kept alive by the owner's
+    // clone for as long as the borrowed stream lives.
+    let borrowed = unsafe { Stream::from_raw(&gpu.device, inner.as_raw(), (owner, inner.clone())) };
+    let buf = borrowed.alloc_async::<i32>(16)?;
+    borrowed.synchronize()?;
+    drop(borrowed);
+    within(
+        20,
+        "a stream-ordered free that drops a borrowed stream's owner",
+        move || {
+            drop(buf);
+            Ok(())
+        },
+    )?;
+    rx.recv_timeout(Duration::from_secs(20))??;
     Ok(())
 }
 
