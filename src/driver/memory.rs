@@ -250,25 +250,35 @@ impl Drop for DeviceAlloc {
 /// than freed early.
 fn free_ordered(ctx: Arc<PrimaryContext>, ptr: sys::CUdeviceptr, o: Ordered) {
     let job = move || {
-        // A stream made from the caller's (`Stream::from_raw`) drops its owner with its last
-        // handle, and the owner's `Drop` may call back into the crate: never inside a destroy
-        // job, which runs under the destroy order lock. The release thread drops it.
-        if let Some(o) = free_ordered_now(&ctx, ptr, o).filter(|o| o.stream.is_borrowed()) {
-            release::later(Box::new(move || drop(o)));
+        if let Some(stream) = free_ordered_now(&ctx, ptr, o) {
+            drop_stream_outside(stream);
         }
     };
     release::destroy(job);
 }
 
+/// Drops `stream` from inside a destroy job. Where this is the last handle of a stream made from
+/// the caller's (`Stream::from_raw`), the stream's drop drops its owner, whose `Drop` may call
+/// back into the crate: never inside a destroy job, which runs under the destroy order lock. The
+/// release thread drops it.
+fn drop_stream_outside(stream: Arc<super::stream::StreamHandle>) {
+    if !stream.is_borrowed() {
+        return;
+    }
+    if let Some(last) = Arc::into_inner(stream) {
+        release::later(Box::new(move || drop(last)));
+    }
+}
+
 /// [`free_ordered`]'s job: frees `ptr` now on its stream, or hands it to a thread of its own.
-/// Returns `o` where it is left to drop (the thread takes its stream otherwise).
+/// Returns the stream where it is left to drop (the thread takes it otherwise).
 fn free_ordered_now(
     ctx: &Arc<PrimaryContext>,
     ptr: sys::CUdeviceptr,
     o: Ordered,
-) -> Option<Ordered> {
+) -> Option<Arc<super::stream::StreamHandle>> {
     if ctx.bind().is_err() {
-        return Some(o);
+        return Some(o.stream);
     }
     let freed = match o.stream.try_slot() {
         Some(slot) if slot.is_none() && o.stream.is_idle_of_captures() => {
@@ -280,22 +290,30 @@ fn free_ordered_now(
         _ => false,
     };
     if freed {
-        return Some(o);
+        return Some(o.stream);
     }
-    let (ctx, stream) = (ctx.clone(), o.stream);
+    // The thread takes the stream through a slot: if it cannot start, the stream comes back
+    // here (the closure, dropped inside `spawn`, must not drop it).
+    let slot = Arc::new(std::sync::Mutex::new(Some(o.stream)));
+    let (ctx, for_thread) = (ctx.clone(), slot.clone());
     let spawned = std::thread::Builder::new()
         .name("cuda-graph-free".into())
         .spawn(move || {
-            if super::stream::wait_until_idle(&stream) {
-                // SAFETY: the work queued on the allocation's stream has finished (other streams
-                // are ordered by the user, as for any stream-ordered memory); `cuMemFree_v2`
-                // frees `cuMemAllocAsync` memory without waiting; freed once.
-                release::destroy_in(&ctx, ptr, |ptr| unsafe { drv_drop!(cuMemFree_v2(ptr)) });
+            let stream = for_thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(stream) = stream {
+                if super::stream::wait_until_idle(&stream) {
+                    // SAFETY: the work queued on the allocation's stream has finished (other
+                    // streams are ordered by the user, as for any stream-ordered memory);
+                    // `cuMemFree_v2` frees `cuMemAllocAsync` memory without waiting; freed once.
+                    release::destroy_in(&ctx, ptr, |ptr| unsafe { drv_drop!(cuMemFree_v2(ptr)) });
+                }
             }
         });
-    // Without a thread the memory leaks: never freed while still in use.
-    drop(spawned);
-    None
+    match spawned {
+        Ok(_) => None,
+        // Without a thread the memory leaks: never freed while still in use.
+        Err(_) => slot.lock().unwrap_or_else(|p| p.into_inner()).take(),
+    }
 }
 
 /// Copies the whole of `alloc` to host memory at `dst` on the context's private setup stream

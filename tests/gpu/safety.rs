@@ -520,10 +520,10 @@ impl Drop for ThreadOnDrop {
     }
 }
 
-/// A buffer or a stream made from the caller's memory or stream (`from_raw`, `from_cudarc`),
-/// dropped inside a host callback: its owner's drop may call the driver (a cudarc slice frees
-/// its memory), which a host callback must not. The owner was dropped on the callback's thread;
-/// it goes to the release thread.
+/// A buffer, a stream and a kernel made from the caller's (`from_raw`, `from_cudarc`), dropped
+/// inside a host callback: an owner's drop may call the driver (a cudarc slice frees its memory,
+/// a cudarc module unloads), which a host callback must not. The owners were dropped on the
+/// callback's thread; they go to the release thread.
 fn owners_dropped_in_a_host_callback_are_dropped_off_its_thread(gpu: &Gpu) -> TestResult {
     let mem = gpu.device.alloc_zeroed::<i32>(1)?;
     let keep = gpu.stream();
@@ -543,11 +543,22 @@ fn owners_dropped_in_a_host_callback_are_dropped_off_its_thread(gpu: &Gpu) -> Te
         Stream::from_raw(
             &gpu.device,
             keep.as_raw(),
-            (ThreadOnDrop(owner_tx), keep.clone()),
+            (ThreadOnDrop(owner_tx.clone()), keep.clone()),
+        )
+    };
+    let loaded = gpu.f("add_one");
+    // SAFETY: `loaded` is a kernel of a module loaded in the device's primary context, kept
+    // loaded by the owner.
+    let kernel = unsafe {
+        Function::from_raw(
+            &gpu.device,
+            loaded.as_raw(),
+            "add_one",
+            (ThreadOnDrop(owner_tx), loaded.clone()),
         )
     };
     let (cb_tx, cb_rx) = mpsc::channel();
-    let mut held = Some((buffer, stream));
+    let mut held = Some((buffer, stream, kernel));
     let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
     b.add_host_callback(move || {
         let _ = cb_tx.send(std::thread::current().id());
@@ -558,7 +569,7 @@ fn owners_dropped_in_a_host_callback_are_dropped_off_its_thread(gpu: &Gpu) -> Te
     g.launch(&s)?;
     s.synchronize()?;
     let callback = cb_rx.recv_timeout(Duration::from_secs(5))?;
-    for what in ["the buffer's owner", "the stream's owner"] {
+    for what in ["an owner", "another owner", "the third owner"] {
         let dropped_on = owner_rx.recv_timeout(Duration::from_secs(10))?;
         assert_ne!(
             dropped_on, callback,
