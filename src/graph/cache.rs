@@ -80,11 +80,7 @@ impl GraphCache {
     /// so does an exec that handed out a device handle ([`Graph::device_handle`]: it cannot be
     /// updated, and lives on while graphs hold the handle); other errors (a source still being
     /// captured into, a failed instantiation) are returned, and the cache keeps its exec as it
-    /// was. One exception: where the cached exec was instantiated from `source` itself and
-    /// `source` has memory allocation nodes (a definition refreshed after its topology changed),
-    /// the driver allows it one exec at a time, so the cached exec is dropped first, after
-    /// `refresh` has waited for its last launch to finish; should the instantiation then fail,
-    /// the cache holds no exec and the next `refresh` instantiates.
+    /// was.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -108,15 +104,7 @@ impl GraphCache {
                 Err(e) => return Err(e),
             }
         }
-        let graph = source.finished_graph()?;
-        if let Some(old) = self.graph.take_if(|g| g.holds_memory_nodes_of(graph)) {
-            // The driver lets a graph with memory nodes have one exec at a time: the cached one
-            // goes first, once its launches have finished (it is destroyed as it is dropped).
-            let waited = old.wait_last_launch();
-            drop(old);
-            waited?;
-        }
-        let fresh = Graph::instantiate(graph, &self.options)?;
+        let fresh = Graph::instantiate(source.finished_graph()?, &self.options)?;
         // The replaced exec releases what it held after its last launch.
         self.graph = Some(fresh);
         self.instantiations += 1;

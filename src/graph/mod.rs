@@ -445,19 +445,6 @@ impl Graph {
         })
     }
 
-    /// Whether this exec was instantiated from `graph` and that graph has memory allocation nodes:
-    /// the driver allows such a graph one exec at a time.
-    pub(crate) fn holds_memory_nodes_of(&self, graph: &driver::graph::GraphHandle) -> bool {
-        let state = self.lock_state();
-        state.memory_user.is_some() && state.instantiated.id == graph.id
-    }
-
-    /// Waits until the exec's latest launch has finished (synchronises its stream).
-    pub(crate) fn wait_last_launch(&self) -> Result<()> {
-        let stream = self.lock_state().last_stream.clone();
-        stream.map_or(Ok(()), |s| s.synchronize())
-    }
-
     /// Whether [`device_handle`](Self::device_handle) handed out a handle (the exec then refuses
     /// updates).
     ///
