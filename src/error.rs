@@ -340,10 +340,11 @@ pub enum UpdateFailure {
     UnsupportedFunctionChange,
     /// `CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED`: node attributes changed in an unsupported way.
     AttributesChanged,
-    /// The source's kernels use graph memory ([`GraphBuffer`](crate::GraphBuffer)) of its own
-    /// allocation nodes (freed in the graph or not), whose addresses this exec (instantiated
-    /// from another graph) does not map: refused by this crate before the driver is asked.
-    /// Instantiate the source instead.
+    /// The exec or the source (a graph other than the one the exec was instantiated from) has
+    /// memory allocation nodes: graph memory belongs to one graph and its exec (an allocation
+    /// node's address is fixed), so the exec would allocate the other graph's addresses, leave
+    /// its own to it, and its kernels would address memory it does not map. Refused by this
+    /// crate before the driver is asked. Instantiate the source instead.
     GraphMemory,
     /// A result value this crate does not know.
     Other(u32),
@@ -375,7 +376,7 @@ impl fmt::Display for UpdateFailure {
                 "node attributes changed in an unsupported way (CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED)"
             }
             Self::GraphMemory => {
-                "the source's kernels use its own graph allocations (GraphBuffer), which this exec does not map: instantiate the source instead"
+                "the exec or the source graph has memory allocation nodes, whose memory belongs to one graph and its exec: instantiate the source instead"
             }
             Self::Other(v) => return write!(f, "unknown update result {v}"),
         };

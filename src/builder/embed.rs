@@ -7,6 +7,7 @@ use super::state::State;
 use super::state::{IsCapturing, IsEnded};
 use super::GraphBuilder;
 use crate::core::source::{sealed::Source, FinishedGraph};
+use crate::definition::{hold_in_copies, Embedded};
 use crate::driver::compat;
 use crate::driver::graph::GraphHandle;
 use crate::error::{Error, Refusal, Result};
@@ -62,17 +63,22 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             child_tree.check_complete()?;
             // What the child's nodes use now (they may change or go later), and the child only
             // where its conditional handles may be in use (see `TreeState::has_conditionals`).
-            let (held, hold_child) = match rec.other.as_deref_mut() {
-                Some(t) => (t.snapshot(), t.has_conditionals()),
-                None => (Vec::new(), true),
-            };
-            if hold_child {
+            // What a node of the child holds is held by that node's copy, so destroying the copy
+            // through the node's `inspect` view releases it, as for a definition's child graph.
+            let embedded = rec.other.as_deref_mut().map(|t| Embedded::of(t, child));
+            if embedded.is_none() {
                 rec.keep(&keep);
             }
-            for chunk in &held {
-                rec.keep(chunk);
+            let node = self.core.add_node(rec, &mut params)?;
+            if let (Some(e), Some(graph), Some(tree)) =
+                (embedded, rec.graph_id(), rec.tree.as_deref_mut())
+            {
+                let unnamed = hold_in_copies(tree, graph, node, child.id, &e.nested, e.per_node);
+                for owner in e.owners.iter().chain(unnamed.iter()) {
+                    tree.keep_dyn(owner);
+                }
             }
-            self.core.add_node(rec, &mut params)
+            Ok(())
         })?;
         Ok(())
     }

@@ -9,7 +9,6 @@ use super::params::{lock_with_child, Target};
 use super::typed::{NodeKind, TypedNode};
 use super::NodeParams;
 use crate::driver;
-use std::sync::Arc;
 
 use crate::driver::graph::pairing::{self, Shape};
 use crate::driver::graph::{GraphHandle, Owners, TreeState};
@@ -241,7 +240,7 @@ impl Graph {
         let mut state = self.lock_state();
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
-        let source = state.source.clone().ok_or_else(no_source)?;
+        let source = state.source.as_deref().cloned().ok_or_else(no_source)?;
         super::params::check_handles(&handles, &source)?;
         let latest = latest_node(&state, node)?;
         let (mut tree, child_tree) = lock_with_child(&source, raw.child(), &mut owners)?;
@@ -256,11 +255,11 @@ impl Graph {
         // parameters use until it moves into the exec below; a child graph's tree is locked; the
         // context is the exec's.
         let r = unsafe { raw.apply(Target::Exec(self.exec.raw), raw_node, self.exec.ctx.raw) };
-        // Where this exec is the source graph's only holder (the definition and every view of it
-        // dropped: `state.source` and this call's clone are the two references), no one can
-        // instantiate, copy or read the graph again, so what its node held goes too.
+        // Where only execs hold the source graph (the definition and every view of it dropped:
+        // execs and this call's clone are its references), no one can instantiate, copy or read
+        // the graph again, so what its node held goes too.
         let from_source = match r {
-            Ok(()) if Arc::strong_count(&source) == 2 => {
+            Ok(()) if source.only_execs_hold(1) => {
                 tree.nodes
                     .replace_owners(node.graph, node.raw, node.serial, Owners::new())
             }
@@ -303,7 +302,7 @@ impl Graph {
         let mut state = self.lock_state();
         state.check_not_device_launched()?;
         self.exec.ctx.bind()?;
-        let source = state.source.clone().ok_or_else(no_source)?;
+        let source = state.source.as_deref().cloned().ok_or_else(no_source)?;
         let raw_node = exec_node_of(&mut state, &source, node)?;
         // SAFETY: the exec is live and its lock held; `raw_node` is one of the nodes it was
         // instantiated with (checked under its graph's tree lock, held across the call).
@@ -324,7 +323,7 @@ impl Graph {
         crate::driver::context::refuse_in_host_callback()?;
         let mut state = self.lock_state();
         self.exec.ctx.bind()?;
-        let source = state.source.clone().ok_or_else(no_source)?;
+        let source = state.source.as_deref().cloned().ok_or_else(no_source)?;
         let raw_node = exec_node_of(&mut state, &source, node)?;
         // SAFETY: as in `set_enabled`; the call only reads.
         unsafe { driver::graph::node_get_enabled(self.exec.raw, raw_node.1) }

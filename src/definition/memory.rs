@@ -483,11 +483,14 @@ impl<'a, T: DeviceCopy> GraphBuffer<'a, T> {
         self.len
     }
 
-    /// Whether the view has no elements (an empty [`slice`](Self::slice)).
+    /// Always `false`: a view has at least one element (an allocation is never empty, and
+    /// [`slice`](Self::slice) refuses an empty range).
     ///
     /// ```no_run
     /// # fn f(a: &cuda_graph::GraphAllocation) -> cuda_graph::Result<()> {
-    /// assert!(a.view::<f32>()?.slice(..0)?.is_empty());
+    /// let v = a.view::<f32>()?;
+    /// assert!(!v.is_empty());
+    /// assert!(v.slice(..0).is_err()); // an empty view cannot be made
     /// # Ok(()) }
     /// ```
     pub fn is_empty(&self) -> bool {
@@ -507,7 +510,8 @@ impl<'a, T: DeviceCopy> GraphBuffer<'a, T> {
     }
 
     /// The elements in `range`, as a view of the same allocation (checked the same way). A
-    /// range outside `0..=len()` is an [`Error::InvalidArgument`].
+    /// range outside `0..=len()`, or an empty one, is an [`Error::InvalidArgument`]
+    /// ([`Refusal::Size`]).
     ///
     /// ```no_run
     /// # fn f(a: &cuda_graph::GraphAllocation) -> cuda_graph::Result<()> {
@@ -670,7 +674,6 @@ pub(crate) fn capture_dependencies(stream: sys::CUstream) -> Result<Vec<sys::CUg
 /// Records `node` as a user of each use's allocation, for the check of its free node.
 pub(crate) fn note_users(tree: &mut TreeState, node: usize, uses: &[GraphUse]) {
     for u in uses {
-        tree.memory_viewed.insert(u.graph);
         let users = tree.memory_users.entry((u.graph, u.alloc)).or_default();
         if !users.contains(&node) {
             users.push(node);
@@ -860,8 +863,9 @@ impl GraphDefinition {
     }
 
     /// Adds a node that frees `allocation` (`cuGraphAddMemFreeNode`); it must run after every
-    /// node that uses the memory. The allocation must come from this graph, and its allocation
-    /// node must not have been destroyed.
+    /// node that uses the memory. The allocation must come from this graph (an allocation of
+    /// another graph is refused with [`Refusal::ForeignGraph`]), and its allocation node must
+    /// not have been destroyed.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -876,6 +880,12 @@ impl GraphDefinition {
     ) -> Result<MemFreeNode> {
         let ptr = allocation.ptr;
         let alloc_node = allocation.node;
+        if alloc_node.graph != self.handle().id {
+            return Err(Error::invalid(
+                Refusal::ForeignGraph,
+                "add_mem_free of an allocation another graph made: a graph frees only its own allocations; free it in the graph whose add_mem_alloc made it",
+            ));
+        }
         let key = (alloc_node.graph, alloc_node.raw);
         let free = self.add_node_then_checked(
             deps,

@@ -11,7 +11,7 @@ use cudarc::driver::sys;
 
 use crate::core::source::{sealed::Source, FinishedGraph};
 use crate::driver;
-use crate::driver::graph::{GraphHandle, TreeState};
+use crate::driver::graph::{GraphHandle, TreeState, UserGraph};
 use crate::error::{Error, Refusal, Result};
 use crate::graph::{Graph, GraphDebugPrintOptions, InstantiateOptions};
 use crate::runtime::{Device, ReleaseObserver};
@@ -24,6 +24,7 @@ mod memory;
 mod memset;
 mod node;
 mod nodes;
+pub(crate) use nodes::{hold_in_copies, Embedded};
 mod params;
 mod topology;
 mod typed;
@@ -104,7 +105,7 @@ pub use typed::{
 /// # Ok(()) }
 /// ```
 pub struct GraphDefinition {
-    graph: Arc<GraphHandle>,
+    graph: UserGraph,
 }
 
 impl std::fmt::Debug for GraphDefinition {
@@ -134,13 +135,15 @@ impl GraphDefinition {
     /// ```
     pub fn new(device: &Device) -> Result<GraphDefinition> {
         Ok(GraphDefinition {
-            graph: GraphHandle::create(&device.ctx)?,
+            graph: UserGraph::new(GraphHandle::create(&device.ctx)?),
         })
     }
 
     /// A view of `graph`, sharing its ownership.
     pub(crate) fn view(graph: Arc<GraphHandle>) -> GraphDefinition {
-        GraphDefinition { graph }
+        GraphDefinition {
+            graph: UserGraph::new(graph),
+        }
     }
 
     /// The device the graph belongs to.
@@ -254,7 +257,9 @@ impl GraphDefinition {
                 tree.keep(chunk);
             }
         }
-        Ok(GraphDefinition { graph: clone })
+        Ok(GraphDefinition {
+            graph: UserGraph::new(clone),
+        })
     }
 
     /// Instantiates the graph into an executable [`Graph`] (`cuGraphInstantiateWithParams`), as

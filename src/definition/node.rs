@@ -340,7 +340,6 @@ pub(crate) fn forget_graphs(tree: &mut TreeState, mut owned: Vec<u64>) -> Vec<Ow
         }
         tree.unfreed.retain(|(parent, _), _| *parent != g);
         tree.memory_users.retain(|(parent, _), _| *parent != g);
-        tree.memory_viewed.remove(&g);
         owned.extend_from_slice(&below);
         work.extend(below);
     }

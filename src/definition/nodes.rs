@@ -1,6 +1,7 @@
 //! The `add_*` methods: one per node type, each after `deps`.
 
 use cudarc::driver::sys;
+use std::sync::Arc;
 
 use super::memset::{memset_value, Memset2d, MemsetValue};
 use super::node::{self, GraphNode, NodeType};
@@ -13,7 +14,7 @@ use super::GraphDefinition;
 use crate::core::callback;
 use crate::core::source::FinishedGraph;
 use crate::driver;
-use crate::driver::graph::{lock_two, Owner, Owners, SharedRef, TreeState};
+use crate::driver::graph::{lock_two, GraphHandle, Owner, Owners, SharedRef, TreeState};
 use crate::error::{Error, Refusal, Result};
 use crate::runtime::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::HostCallback;
@@ -626,24 +627,16 @@ impl GraphDefinition {
         // nested graphs, copies the driver cannot name) by the child-graph node. `child` itself
         // is held only where its conditional handles may be in use (see
         // `TreeState::has_conditionals`).
-        let mut owners = Owners::new();
-        let mut per_node: Vec<(u64, sys::CUgraphNode, Owners)> = Vec::new();
-        let mut nested: Vec<((u64, usize), u64)> = Vec::new();
+        let mut embedded = Embedded::default();
         if let Some(c) = child_tree.as_deref_mut() {
             c.check_complete()?;
-            if c.has_conditionals() {
-                owners.push(child.root());
-            }
-            owners.extend(c.tree_wide_chunks().into_iter().map(|chunk| chunk as Owner));
-            if let Some((chunk, index)) = c.nodes.owners_chunk_indexed() {
-                for &((g, raw), start, len) in &index.nodes {
-                    let uses = &index.uses[start as usize..(start + len) as usize];
-                    let list = uses.iter().map(|&u| chunk[u as usize].clone());
-                    per_node.push((g, raw as sys::CUgraphNode, list.collect()));
-                }
-            }
-            nested.extend(c.embedded.iter().map(|(&k, &v)| (k, v)));
+            embedded = Embedded::of(c, child);
         }
+        let Embedded {
+            mut owners,
+            per_node,
+            nested,
+        } = embedded;
         let (mut room, mut spill) = (node::DEP_ROOM, Vec::new());
         let (raw_deps, n) = node::check_deps(&tree, graph.id, deps, &mut room, &mut spill)?;
         let mut out = std::ptr::null_mut();
@@ -665,6 +658,39 @@ impl GraphDefinition {
     }
 }
 
+/// What a graph embedded by a child-graph node holds, read from its tree before the copy is
+/// made: what the child-graph node itself holds (`owners`: the tree-wide chunks, and the child's
+/// root where its conditional handles may be in use), and per node of the child what that node
+/// uses (`per_node`), with the child's own embedded graphs (`nested`), for [`hold_in_copies`].
+#[derive(Default)]
+pub(crate) struct Embedded {
+    pub(crate) owners: Owners,
+    pub(crate) per_node: Vec<(u64, sys::CUgraphNode, Owners)>,
+    pub(crate) nested: Vec<((u64, usize), u64)>,
+}
+
+impl Embedded {
+    /// Reads what embedding `child` (its tree `c`, locked) must hold.
+    pub(crate) fn of(c: &mut TreeState, child: &Arc<GraphHandle>) -> Embedded {
+        let mut out = Embedded::default();
+        if c.has_conditionals() {
+            out.owners.push(child.root());
+        }
+        out.owners
+            .extend(c.tree_wide_chunks().into_iter().map(|chunk| chunk as Owner));
+        if let Some((chunk, index)) = c.nodes.owners_chunk_indexed() {
+            for &((g, raw), start, len) in &index.nodes {
+                let uses = &index.uses[start as usize..(start + len) as usize];
+                let list = uses.iter().map(|&u| chunk[u as usize].clone());
+                out.per_node
+                    .push((g, raw as sys::CUgraphNode, list.collect()));
+            }
+        }
+        out.nested.extend(c.embedded.iter().map(|(&k, &v)| (k, v)));
+        out
+    }
+}
+
 /// Registers what each node of an embedded graph held on that node's copy inside the new
 /// child-graph node `child_node` of `graph`, so that destroying the copy through the node's
 /// [`inspect`](GraphDefinition::inspect) view releases it. `per_node` lists `(graph id, raw
@@ -674,7 +700,7 @@ impl GraphDefinition {
 /// the same type and, for a host node, to run the same closure. Returns the owners of the nodes
 /// whose copy could not be named (nodes of conditional bodies among them): the child-graph node
 /// holds those.
-fn hold_in_copies(
+pub(crate) fn hold_in_copies(
     tree: &mut TreeState,
     graph: u64,
     child_node: sys::CUgraphNode,

@@ -96,6 +96,11 @@ pub(crate) fn set_in_host_callback(on: bool) -> bool {
     IN_CALLBACK.with(|c| c.replace(on))
 }
 
+/// Whether this thread runs destroy jobs now (inside [`Handoff::run_in_order`]).
+pub(crate) fn in_destroy_job() -> bool {
+    IN_ORDER.with(Cell::get)
+}
+
 /// Whether this thread may call a destroying driver function now, as far as its own state goes.
 pub(crate) fn thread_may_destroy() -> bool {
     LOCAL_ACTIVE.with(Cell::get) == 0 && !in_host_callback()

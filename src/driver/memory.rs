@@ -221,14 +221,11 @@ impl DeviceAlloc {
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
         if self.owner.is_some() || self.parent.is_some() {
-            // The caller's memory: its owner (dropped after this) frees it, or not. A part of
-            // another allocation: that allocation's handle frees it.
-            if release::in_host_callback() {
-                // The owner's drop may call the driver (a cudarc slice frees its memory), which a
-                // host callback's thread must not: the release thread drops it.
-                if let Some(owner) = self.owner.take() {
-                    release::later(Box::new(move || drop(owner)));
-                }
+            // The caller's memory: its owner frees it, or not (dropped where a destroy may run:
+            // a cudarc slice's drop frees its memory). A part of another allocation: that
+            // allocation's handle frees it.
+            if let Some(owner) = self.owner.take() {
+                release::drop_owner(owner);
             }
             return;
         }
@@ -249,25 +246,10 @@ impl Drop for DeviceAlloc {
 /// then frees it with `cuMemFree_v2`. If that thread cannot start, the memory is leaked rather
 /// than freed early.
 fn free_ordered(ctx: Arc<PrimaryContext>, ptr: sys::CUdeviceptr, o: Ordered) {
-    let job = move || {
-        if let Some(stream) = free_ordered_now(&ctx, ptr, o) {
-            drop_stream_outside(stream);
-        }
-    };
-    release::destroy(job);
-}
-
-/// Drops `stream` from inside a destroy job. Where this is the last handle of a stream made from
-/// the caller's (`Stream::from_raw`), the stream's drop drops its owner, whose `Drop` may call
-/// back into the crate: never inside a destroy job, which runs under the destroy order lock. The
-/// release thread drops it.
-fn drop_stream_outside(stream: Arc<super::stream::StreamHandle>) {
-    if !stream.is_borrowed() {
-        return;
-    }
-    if let Some(last) = Arc::into_inner(stream) {
-        release::later(Box::new(move || drop(last)));
-    }
+    // The stream, where it is left here, drops in the job: the owner of a stream made from the
+    // caller's goes to the release thread then (`release::drop_owner`), never run under the
+    // destroy order lock.
+    release::destroy(move || drop(free_ordered_now(&ctx, ptr, o)));
 }
 
 /// [`free_ordered`]'s job: frees `ptr` now on its stream, or hands it to a thread of its own.

@@ -113,12 +113,9 @@ pub(crate) unsafe fn func_param_info(
 impl Drop for ModuleHandle {
     fn drop(&mut self) {
         if let Some(owner) = self.owner.take() {
-            // The caller's module: its owner keeps or unloads it. Its drop may call the driver
-            // (cudarc's module unloads itself), which a host callback's thread must not: there
-            // the release thread drops it.
-            if release::in_host_callback() {
-                release::later(Box::new(move || drop(owner)));
-            }
+            // The caller's module: its owner keeps or unloads it (cudarc's module unloads
+            // itself): dropped where a destroy may run.
+            release::drop_owner(owner);
             return;
         }
         // SAFETY: loaded in `load`, unloaded exactly once, here.

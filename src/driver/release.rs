@@ -91,6 +91,23 @@ pub(crate) fn later(job: Job) {
     }
 }
 
+/// Drops an owner of the caller's: the value a `from_raw` or `from_cudarc` handle holds for a
+/// buffer, stream or kernel it does not own (a cudarc slice, stream or module). Its `Drop` is
+/// code this crate cannot read and may call the driver (a cudarc slice waits on an event, frees
+/// its memory with `cuMemFreeAsync` and destroys the event), so it runs where a destroy would
+/// run: here, in `Relaxed` capture interaction mode, when this thread has no capture of its own,
+/// runs no host callback and no destroy job; otherwise on the release thread (in `Relaxed` mode,
+/// with no lock held). Either way another thread's `Global` capture and this thread's own
+/// captures stay valid; a panic in it is contained.
+pub(crate) fn drop_owner(owner: Box<dyn std::any::Any + Send>) {
+    if thread_may_destroy() && !super::handoff::in_destroy_job() {
+        let _relaxed = RelaxedMode::enter();
+        contain(move || drop(owner));
+    } else {
+        later(Box::new(move || drop(owner)));
+    }
+}
+
 /// Runs a driver destructor now, or on the release thread while a capture or a callback forbids
 /// it here (see [`Handoff::destroy`]). `job` must only call the driver (no user code).
 pub(crate) fn destroy(job: impl FnOnce() + Send + 'static) {

@@ -226,12 +226,11 @@ impl Drop for StreamHandle {
     fn drop(&mut self) {
         // Idle again, unless a capture it took part in left it capturing (a failed end).
         if let Origin::Borrowed(owner) = &mut self.origin {
-            if release::in_host_callback() {
-                // The owner's drop may call the driver (a cudarc stream destroys itself), which a
-                // host callback's thread must not: the release thread drops it.
-                let owner = std::mem::replace(owner, Box::new(()));
-                release::later(Box::new(move || drop(owner)));
-            }
+            // The owner's drop may call the driver (a cudarc stream destroys itself): dropped
+            // where a destroy may run.
+            let owner: Box<dyn std::any::Any + Send + Sync> =
+                std::mem::replace(owner, Box::new(()));
+            release::drop_owner(owner);
             return;
         }
         if matches!(self.origin, Origin::Pooled) {

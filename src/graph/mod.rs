@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use crate::core::source::FinishedGraph;
-use crate::driver::graph::{ExecHandle, GraphHandle, KeepChunk};
+use crate::driver::graph::{ExecHandle, ExecRef, GraphHandle, KeepChunk};
 use crate::driver::{self, compat, DriverVersion};
 use crate::error::{Error, InstantiateFailure, Refusal, Result, UpdateFailure};
 use crate::runtime::Stream;
@@ -295,7 +295,7 @@ impl Graph {
                 raw: exec,
             },
             state: Mutex::new(ExecState {
-                source: Some(graph.root()),
+                source: Some(ExecRef::new(graph.root())),
                 keep,
                 unfreed,
                 epoch,
@@ -313,8 +313,11 @@ impl Graph {
     /// Launches the graph on `stream` (`cuGraphLaunch`).
     ///
     /// Launches of one `Graph` are serialised (CUDA does not synchronise an exec); they run on
-    /// the GPU in launch order. Launching into a stream that is capturing is refused: embed the
-    /// graph into the capture instead ([`GraphBuilder::add_child_graph`](crate::GraphBuilder::add_child_graph)).
+    /// the GPU in launch order, on whatever streams: a launch on another stream than the one
+    /// before waits for that one (an event recorded on its stream). Launching into a stream that
+    /// is capturing is refused: embed the graph into the capture instead
+    /// ([`GraphBuilder::add_child_graph`](crate::GraphBuilder::add_child_graph)); so is a launch
+    /// on another stream while the previous launch's stream captures ([`Refusal::Capture`]).
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -331,12 +334,18 @@ impl Graph {
         driver::context::refuse_in_host_callback()?;
         check_same_device(self.exec.ctx.device, stream, "launched")?;
         let mut state = self.lock_state();
+        let chain = state.chain_to(&self.exec.ctx, stream)?;
         stream.enqueue(|rec| {
             if rec.capturing() {
                 return Err(launch_in_capture("launched"));
             }
             // Stream-ordered allocations the exec uses exist (and are zeroed) before it runs.
             state.wait_pending_ready(stream.raw())?;
+            if let Some(chain) = &chain {
+                // After the latest launch, on its stream.
+                // SAFETY: the stream and the event are live, of the exec's context.
+                unsafe { driver::stream::wait_event(stream.raw(), chain.raw, 0) }?;
+            }
             // SAFETY: exec and stream are live; the exec's lock is held.
             unsafe { driver::graph::launch(self.exec.raw, stream.raw()) }?;
             // Later launches are ordered after this one.
@@ -517,11 +526,14 @@ impl Graph {
         };
         let mut tree = graph.lock();
         tree.check_complete()?;
-        if state.source.as_ref().is_some_and(|s| s.id != graph.id)
-            && tree.memory_viewed.contains(&graph.id)
+        if graph.id != state.instantiated.id
+            && (state.memory_user.is_some() || !tree.memory_graphs.is_empty())
         {
-            // Its kernels address the source's own allocations, which this exec does not map
-            // (freed in the graph or not).
+            // Graph memory belongs to one graph and its exec: its allocation nodes' addresses are
+            // fixed. After an update from another graph with memory nodes this exec would
+            // allocate that graph's addresses (which its own exec allocates too, and which this
+            // exec would not free when dropped); its kernels would address memory this exec does
+            // not map; and this exec's own allocations would be left to the other graph's nodes.
             return Err(Error::Update {
                 reason: UpdateFailure::GraphMemory,
                 source: None,
@@ -562,7 +574,7 @@ impl Graph {
         // The graph the exec was instantiated from stays (its node tokens name the exec's nodes
         // for per-node updates); where the exec is its only holder, what its nodes use goes.
         let from_source = match &state.source {
-            Some(source) if Arc::strong_count(source) == 1 => source.lock().take_operands(),
+            Some(source) if source.only_execs_hold(0) => source.lock().take_operands(),
             _ => Vec::new(),
         };
         let instantiated = (
@@ -594,7 +606,7 @@ impl Graph {
             }
         };
         let mut unused = None;
-        if let Some(previous) = state.current.replace((root, keep)) {
+        if let Some(previous) = state.current.replace((ExecRef::new(root), keep)) {
             if state.launched_since_update {
                 state.release_after_last_launch(Box::new(previous));
             } else {
@@ -687,7 +699,7 @@ impl Drop for Graph {
         let current = state.current.take();
         let (source, current): (SourceRef, Option<(SourceRef, Vec<KeepChunk>)>) = if parked {
             (
-                SourceRef::weak(source.as_ref()),
+                SourceRef::weak(source.as_deref()),
                 current.map(|(root, keep)| (SourceRef::weak(Some(&root)), keep)),
             )
         } else {
@@ -753,7 +765,7 @@ struct ExecWithSource {
 /// A graph an exec came from, as the exec's release holds it: strongly, or weakly where holding
 /// it could make a cycle (an exec parked in its device handles' keep-alive).
 enum SourceRef {
-    Strong(Option<Arc<GraphHandle>>),
+    Strong(Option<ExecRef>),
     Weak(Option<std::sync::Weak<GraphHandle>>),
 }
 
@@ -765,7 +777,7 @@ impl SourceRef {
     /// The graph, if it is still alive.
     fn take(&mut self) -> Option<Arc<GraphHandle>> {
         match self {
-            SourceRef::Strong(s) => s.take(),
+            SourceRef::Strong(s) => s.take().map(|r| Arc::clone(&r)),
             SourceRef::Weak(w) => w.take().and_then(|w| w.upgrade()),
         }
     }

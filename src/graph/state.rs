@@ -8,7 +8,7 @@ use cudarc::driver::sys;
 use super::device_graph::DeviceLaunchKeep;
 use super::{lock, release_when_idle};
 use crate::driver;
-use crate::driver::graph::{GraphHandle, IdMap, KeepChunk, NodeOwnersIndex, Owners};
+use crate::driver::graph::{ExecRef, IdMap, KeepChunk, NodeOwnersIndex, Owners};
 use crate::error::{Error, Refusal, Result};
 use crate::runtime::Stream;
 
@@ -18,13 +18,18 @@ use crate::runtime::Stream;
 pub(crate) struct ExecState {
     /// The graph it was instantiated from (its root): held until the last launch has finished,
     /// since what the graph owns (conditional handles, bodies) may be used by the exec.
-    pub(crate) source: Option<Arc<GraphHandle>>,
+    pub(crate) source: Option<ExecRef>,
     /// What the nodes of the graph it was instantiated from used.
     pub(super) keep: Vec<KeepChunk>,
     /// The source of the latest update, and what its nodes used then: the exec uses them.
-    pub(crate) current: Option<(Arc<GraphHandle>, Vec<KeepChunk>)>,
-    /// The stream of the latest launch.
+    pub(crate) current: Option<(ExecRef, Vec<KeepChunk>)>,
+    /// The stream of the latest launch. Every earlier launch is ordered before it on the device
+    /// (see [`chain`](Self::chain)), so what is released after it was used by no launch still
+    /// running.
     pub(super) last_stream: Option<Stream>,
+    /// Recorded on the latest launch's stream when the next launch is on another stream, which
+    /// waits for it: made on the first such launch.
+    pub(super) chain: Option<Arc<crate::driver::event::EventHandle>>,
     /// Whether the exec was launched since the latest update.
     pub(super) launched_since_update: bool,
     /// Device addresses of allocation nodes with no free node: what a launch leaves allocated
@@ -229,6 +234,46 @@ impl ExecState {
             unsafe { driver::stream::wait_event(stream, ready.raw, 0) }?;
         }
         Ok(())
+    }
+
+    /// Orders a launch about to be made on `stream` after the latest launch, where that was on
+    /// another stream: records [`chain`](Self::chain) on the latest launch's stream and returns
+    /// it for `stream` to wait on before the launch (`None` where the stream is the same). The
+    /// releases of what updates replace are queued behind the latest launch only, so every
+    /// earlier launch, on whatever stream, must be ordered before it by the crate itself, not
+    /// left to the driver. Refused while the latest launch's stream captures (an event recorded
+    /// there would be captured).
+    pub(super) fn chain_to(
+        &mut self,
+        ctx: &Arc<crate::driver::context::PrimaryContext>,
+        stream: &Stream,
+    ) -> Result<Option<Arc<crate::driver::event::EventHandle>>> {
+        let Some(last) = self.last_stream.as_ref() else {
+            return Ok(None);
+        };
+        if last.raw() == stream.raw() {
+            return Ok(None);
+        }
+        let event = match &self.chain {
+            Some(e) => e.clone(),
+            None => {
+                let e = crate::driver::event::EventHandle::new(ctx)?;
+                self.chain = Some(e.clone());
+                e
+            }
+        };
+        last.enqueue(|rec| {
+            if rec.capturing() {
+                return Err(Error::invalid(
+                    Refusal::Capture,
+                    "this exec's latest launch was on a stream that is capturing now: a launch on another stream must be ordered after it; launch on that stream, or after its capture ends",
+                ));
+            }
+            // SAFETY: the event and the stream are live, of the exec's context (launches are on
+            // streams of the exec's device); the stream is not capturing (checked under its slot).
+            unsafe { driver::stream::record_event(event.raw, last.raw()) }
+        })?;
+        Ok(Some(event))
     }
 
     /// Refuses an update of an exec that device code may be launching.

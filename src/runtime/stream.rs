@@ -868,10 +868,13 @@ impl Stream {
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
-    /// # fn f(a: &Stream, b: &Stream) -> cuda_graph::Result<()> {
+    /// # fn f(device: &Device, a: &Stream, b: &Stream) -> cuda_graph::Result<()> {
     /// let tmp = a.alloc_async::<u8>(4096)?;
-    /// b.memset_d8(&tmp, 1)?; // waits for the allocation on `a`
-    /// b.free_async(tmp)?; // freed after the memset on `b`
+    /// let def = GraphDefinition::new(device)?;
+    /// def.add_memset(&[], &tmp, 1u8)?;
+    /// def.instantiate()?.launch(b)?; // waits for the allocation on `a`
+    /// drop(def);
+    /// b.free_async(tmp)?; // freed after the launch on `b`
     /// # Ok(()) }
     /// ```
     pub fn free_async<T: DeviceCopy>(&self, buf: DeviceBuffer<T>) -> Result<()> {

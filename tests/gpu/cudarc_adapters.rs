@@ -20,7 +20,8 @@ crate::gpu_tests! {
         work_during_a_cudarc_capture_is_refused,
         a_converted_slice_is_ready_before_the_crate_uses_it,
         the_per_thread_default_stream_is_refused,
-        slices_released_by_a_dropped_exec_never_invalidate_a_global_capture;
+        slices_released_by_a_dropped_exec_never_invalidate_a_global_capture,
+        dropped_cudarc_buffers_never_invalidate_captures;
 }
 
 /// cudarc allocates and zeroes a slice with stream-ordered calls on the slice's stream; this
@@ -76,6 +77,57 @@ fn slices_released_by_a_dropped_exec_never_invalidate_a_global_capture(gpu: &Gpu
     gpu.device.synchronize()?;
     let cycles = global_captures_beside_drops(gpu, graphs)?;
     println!("    {cycles} Global captures beside 200 execs releasing cudarc slices");
+    Ok(())
+}
+
+/// The last handle of a `from_cudarc` buffer dropped by the user, with no exec involved: cudarc's
+/// slice then waits on an event, frees its memory and destroys the event — calls CUDA forbids
+/// while a `Global` capture records (on any thread in the default interaction mode) and while the
+/// dropping thread's own `ThreadLocal` or `Global` capture records. The crate drops the slice
+/// where a destroy may run, so another thread's `Global` captures and this thread's own captures
+/// stay valid.
+fn dropped_cudarc_buffers_never_invalidate_captures(gpu: &Gpu) -> TestResult {
+    let ctx = CudaContext::new(gpu.device.ordinal())?;
+    let device = Device::from_cudarc(&ctx)?;
+    let cs = ctx.new_stream()?;
+    let mut bufs = Vec::new();
+    for _ in 0..200 {
+        bufs.push(DeviceBuffer::from_cudarc(
+            &device,
+            Arc::new(cs.alloc_zeros::<i32>(16)?),
+        )?);
+    }
+    cs.synchronize()?;
+    // Another thread's drops beside this thread's Global captures.
+    let cycles = global_captures_beside_drops(gpu, bufs)?;
+    println!("    {cycles} Global captures beside 200 dropped cudarc buffers");
+    // Drops inside this thread's own captures, in both modes that restrict this thread.
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.stream();
+    for _ in 0..4 {
+        let buf = DeviceBuffer::from_cudarc(&device, Arc::new(cs.alloc_zeros::<i32>(16)?))?;
+        cs.synchronize()?;
+        let b = s.create_graph_builder().begin_building(ThreadLocal)?;
+        // SAFETY: add_one(int*).
+        unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
+        drop(buf);
+        b.end_building()?.instantiate()?.launch(&s)?;
+        let buf = DeviceBuffer::from_cudarc(&device, Arc::new(cs.alloc_zeros::<i32>(16)?))?;
+        cs.synchronize()?;
+        let b = s.create_graph_builder().begin_building(Global)?;
+        // SAFETY: add_one(int*).
+        unsafe { b.launch_unchecked(&add_one, one(), &args![&counter])? };
+        drop(buf);
+        b.end_building()?.instantiate()?.launch(&s)?;
+    }
+    s.synchronize()?;
+    assert_eq!(
+        counter.to_vec()?,
+        [8],
+        "every capture stayed valid and ran once"
+    );
+    cs.synchronize()?;
     Ok(())
 }
 

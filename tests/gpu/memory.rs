@@ -27,7 +27,10 @@ crate::gpu_tests! {
         synchronous_copies_work_while_another_stream_captures,
         graph_memory_usage_rises_and_falls,
         graphs_with_memory_nodes_refuse_removals,
-        event_timing;
+        event_timing,
+        a_free_of_another_graphs_allocation_is_a_foreign_graph_refusal,
+        the_graph_memory_and_free_async_doc_examples_run,
+        updates_between_graphs_with_memory_nodes_are_refused;
 }
 
 const N: i32 = 1000;
@@ -625,5 +628,105 @@ fn a_pinned_buffer_dropped_in_a_host_callback_is_freed(gpu: &Gpu) -> TestResult 
             "the copy read the buffer's bytes"
         );
     }
+    Ok(())
+}
+
+/// `add_mem_free` of an allocation another definition made is the refusal
+/// `Refusal::ForeignGraph`'s docs name (not a foreign node), and changes neither graph.
+fn a_free_of_another_graphs_allocation_is_a_foreign_graph_refusal(gpu: &Gpu) -> TestResult {
+    let a = GraphDefinition::new(&gpu.device)?;
+    let b = GraphDefinition::new(&gpu.device)?;
+    let (_node, alloc) = a.add_mem_alloc(&[], 4096)?;
+    let e = b
+        .add_mem_free(&[], alloc)
+        .err()
+        .ok_or("a foreign free was taken")?;
+    assert_eq!(e.refusal(), Some(Refusal::ForeignGraph), "{e}");
+    assert!(b.nodes()?.is_empty(), "the refused free added no node");
+    Ok(())
+}
+
+/// The examples of `GraphBuffer::is_empty` and `Stream::free_async`, run: each does what its
+/// comments say.
+fn the_graph_memory_and_free_async_doc_examples_run(gpu: &Gpu) -> TestResult {
+    // GraphBuffer::is_empty.
+    let def = GraphDefinition::new(&gpu.device)?;
+    let (_node, alloc) = def.add_mem_alloc(&[], 4096)?;
+    let v = alloc.view::<f32>()?;
+    assert!(!v.is_empty());
+    assert!(v.slice(..0).is_err(), "an empty view cannot be made");
+    // Stream::free_async.
+    let (a, b) = (gpu.stream(), gpu.stream());
+    let tmp = a.alloc_async::<u8>(4096)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    def.add_memset(&[], &tmp, 1u8)?;
+    def.instantiate()?.launch(&b)?;
+    drop(def);
+    b.free_async(tmp)?;
+    b.synchronize()?;
+    a.synchronize()?;
+    Ok(())
+}
+
+/// An exec whose allocation node has no free node, updated from another definition with its own
+/// unfreed allocation: the driver took the update, after which the exec allocated the other
+/// graph's address (its drop then freed its own, not that one: 32 MiB stayed allocated) and the
+/// other graph's own exec failed to launch. Graph memory belongs to one graph and its exec, so
+/// such updates are refused before the driver is asked, both ways; the exec's own graph is fine.
+fn updates_between_graphs_with_memory_nodes_are_refused(gpu: &Gpu) -> TestResult {
+    const BYTES: usize = 32 << 20;
+    let with_alloc = || -> cuda_graph::Result<GraphDefinition> {
+        let def = GraphDefinition::new(&gpu.device)?;
+        // No free node: a launch leaves it allocated until the exec goes.
+        def.add_mem_alloc(&[], BYTES)?;
+        Ok(def)
+    };
+    let refused = |r: cuda_graph::Result<()>, what: &str| -> TestResult {
+        match r {
+            Err(cuda_graph::Error::Update {
+                reason: cuda_graph::UpdateFailure::GraphMemory,
+                ..
+            }) => Ok(()),
+            other => Err(format!("{what}: {other:?}").into()),
+        }
+    };
+    let (a, b) = (with_alloc()?, with_alloc()?);
+    let (exec_a, exec_b) = (a.instantiate()?, b.instantiate()?);
+    let plain = GraphDefinition::new(&gpu.device)?;
+    plain.add_empty(&[])?;
+    let exec_plain = plain.instantiate()?;
+    let s = gpu.stream();
+    s.synchronize()?;
+    let before = gpu.device.graph_memory_usage()?.used_current;
+    refused(
+        exec_a.update(&b),
+        "an update from another graph's allocation",
+    )?;
+    refused(
+        exec_plain.update(&a),
+        "an update of an exec without memory nodes from one with",
+    )?;
+    refused(
+        exec_a.update(&plain),
+        "an update of an exec with memory nodes from another graph",
+    )?;
+    exec_a.update(&a)?;
+    exec_a.launch(&s)?;
+    s.synchronize()?;
+    exec_b.launch(&s)?;
+    s.synchronize()?;
+    let during = gpu.device.graph_memory_usage()?.used_current;
+    assert!(
+        during >= before + 2 * BYTES as u64,
+        "both execs hold their own allocation: {before} -> {during}"
+    );
+    drop((exec_a, exec_b));
+    assert!(
+        eventually(|| gpu
+            .device
+            .graph_memory_usage()
+            .is_ok_and(|u| u.used_current <= before)),
+        "the execs freed what their launches left allocated"
+    );
     Ok(())
 }

@@ -57,7 +57,13 @@ crate::gpu_tests! {
         a_graph_dropped_while_its_stream_captures_waits_for_its_launch_beside_a_capture_loop,
         one_graph_launched_from_four_threads,
         launching_a_graph_into_a_capture_is_refused,
-        update_sources_are_released_once_their_launches_end;
+        update_sources_are_released_once_their_launches_end,
+        replaced_operands_outlive_every_earlier_launch_on_every_stream,
+        everything_dropped_while_an_outer_launch_runs_releases_the_inner_exec,
+        definitions_dropped_after_an_update_release_their_operands,
+        a_host_node_destroyed_in_a_builders_embedded_copy_releases_its_closure,
+        launches_on_two_streams_run_in_order_and_wait_for_the_one_before,
+        updates_set_the_parameters_of_disabled_nodes_too;
     Needs::Conditional(DriverVersion::V12_3) =>
         conditional_execs_dropped_right_after_their_launch,
         conditional_execs_updated_while_their_launches_run;
@@ -1891,5 +1897,407 @@ fn a_node_destroyed_inside_an_embedded_copy_releases_what_it_used(gpu: &Gpu) -> 
     drop(exec);
     outer.destroy_node(embedded)?;
     assert!(eventually(|| watch_buf.is_released()));
+    Ok(())
+}
+
+/// Six threads on one exec for a few seconds: launches on two streams; per-node updates with
+/// fresh buffers dropped at once (kernel and memset nodes); enable toggles; whole-graph updates
+/// from two other definitions, each followed by a per-node update through its node; and a thread
+/// allocating sentinel buffers all the while, which take the addresses of replaced buffers as
+/// soon as those are freed. A replaced buffer freed while a launch that uses it is still queued
+/// (on either stream) shows as a sentinel the exec's kernels or memsets wrote. Every release of
+/// what an update replaced waits for the latest launch, which the crate orders after every
+/// earlier launch of the exec, on whatever stream.
+/// A thread's loop of [`replaced_operands_outlive_every_earlier_launch_on_every_stream`]: until
+/// `stop`, an update `set` with a fresh buffer, dropped at once; its release observer goes to `tx`.
+fn replacing<'a>(
+    stop: &'a std::sync::atomic::AtomicBool,
+    alloc: &'a (dyn Fn() -> cuda_graph::Result<DeviceBuffer<i32>> + Sync),
+    tx: mpsc::Sender<cuda_graph::ReleaseObserver>,
+    mut set: impl FnMut(usize, &DeviceBuffer<i32>) -> cuda_graph::Result<()> + Send + 'a,
+) -> impl FnOnce() -> cuda_graph::Result<usize> + Send + 'a {
+    move || {
+        let mut n = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let f = alloc()?;
+            set(n, &f)?;
+            let _ = tx.send(f.release_observer());
+            drop(f);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+fn replaced_operands_outlive_every_earlier_launch_on_every_stream(gpu: &Gpu) -> TestResult {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const N: i32 = 256;
+    const SECONDS: u64 = 8;
+    const MAX_SENTINELS: usize = 60_000;
+    // SAFETY: fill(int* p, int n, int v) writes p[0..n).
+    let fill: Kernel<(*mut i32, i32, i32)> = unsafe { gpu.module.kernel("fill")? };
+    let spin = gpu.f("spin");
+    let cfg = LaunchConfig::for_num_elems(N as u32);
+    let alloc = || gpu.device.alloc_zeroed::<i32>(N as usize);
+    // spin (50 us) -> fill(buf, v) -> memset(mbuf, v + 100): launches stay queued a while.
+    let make =
+        |v: i32| -> cuda_graph::Result<(GraphDefinition, KernelNode, cuda_graph::MemsetNode)> {
+            let def = GraphDefinition::new(&gpu.device)?;
+            let (buf, mbuf) = (alloc()?, alloc()?);
+            // SAFETY: spin(unsigned long long ns) only reads the clock.
+            let sp = unsafe { def.add_kernel_unchecked(&[], &spin, one(), &args![50_000u64])? };
+            let k = def.add_kernel(&[&sp], &fill, cfg, (&buf, N, v))?;
+            let m = def.add_memset(&[&k], &mbuf, v + 100)?;
+            Ok((def, k, m))
+        };
+    let (a, ka, ma) = make(1)?;
+    let (b, kb, _) = make(2)?;
+    let (c, kc, _) = make(3)?;
+    let exec = a.instantiate()?;
+    drop(a);
+    let stop = AtomicBool::new(false);
+    let (s1, s2) = (gpu.stream(), gpu.stream());
+    // Replaced buffers' observers: the sentinel thread allocates as soon as one is released, so
+    // the allocator tends to hand out that very memory.
+    let (watch_tx, watch_rx) = mpsc::channel::<cuda_graph::ReleaseObserver>();
+    let launcher = |s: &Stream| -> cuda_graph::Result<usize> {
+        let mut n = 0;
+        while !stop.load(Ordering::Relaxed) {
+            exec.launch(s)?;
+            n += 1;
+            if n % 64 == 0 {
+                s.synchronize()?;
+            }
+        }
+        s.synchronize()?;
+        Ok(n)
+    };
+    let mut sentinels = Vec::new();
+    let counts = std::thread::scope(|scope| -> Result<[usize; 6], String> {
+        let launches = [scope.spawn(|| launcher(&s1)), scope.spawn(|| launcher(&s2))];
+        // The threads below take their channel ends and references to the rest.
+        let (stop, exec, fill, alloc) = (&stop, &exec, &fill, &alloc);
+        let (ka, ma, kb, kc, b, c) = (&ka, &ma, &kb, &kc, &b, &c);
+        // Per-node updates with a fresh buffer each, dropped at once and watched.
+        let kernels = scope.spawn(replacing(
+            stop,
+            alloc,
+            watch_tx.clone(),
+            move |_, f: &DeviceBuffer<i32>| {
+                exec.set_params(ka, NodeParams::kernel(fill, cfg, (f, N, 7))?)
+            },
+        ));
+        let memsets = scope.spawn(replacing(
+            stop,
+            alloc,
+            watch_tx.clone(),
+            move |_, f: &DeviceBuffer<i32>| exec.set_params(ma, NodeParams::memset(f, 9)?),
+        ));
+        // Whole-graph updates, each followed by a per-node update through the source's node.
+        let updates = scope.spawn(replacing(
+            stop,
+            alloc,
+            watch_tx.clone(),
+            move |n: usize, f: &DeviceBuffer<i32>| {
+                let (def, k) = if n.is_multiple_of(2) {
+                    (b, kb)
+                } else {
+                    (c, kc)
+                };
+                exec.update(def)?;
+                exec.set_params(k, NodeParams::kernel(fill, cfg, (f, N, 11))?)
+            },
+        ));
+        let toggles = scope.spawn(move || -> cuda_graph::Result<usize> {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                exec.set_enabled(ka, n % 2 == 1)?;
+                exec.set_enabled(ma, n % 3 != 1)?;
+                n += 1;
+                std::thread::yield_now();
+            }
+            exec.set_enabled(ka, true)?;
+            exec.set_enabled(ma, true)?;
+            Ok(n)
+        });
+        drop(watch_tx);
+        let deadline = Instant::now() + Duration::from_secs(SECONDS);
+        let mut pending = Vec::new();
+        while Instant::now() < deadline && sentinels.len() < MAX_SENTINELS {
+            pending.extend(watch_rx.try_iter());
+            let before = pending.len();
+            pending.retain(|w: &cuda_graph::ReleaseObserver| !w.is_released());
+            for _ in 0..(before - pending.len()).max(1) {
+                match alloc() {
+                    Ok(buf) => sentinels.push(buf),
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(format!("sentinel allocation: {e}"));
+                    }
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let join = |h: std::thread::ScopedJoinHandle<'_, cuda_graph::Result<usize>>| {
+            h.join()
+                .map_err(|_| "a thread panicked".to_string())?
+                .map_err(|e| e.to_string())
+        };
+        let [l1, l2] = launches;
+        Ok([
+            join(l1)? + join(l2)?,
+            join(kernels)?,
+            join(memsets)?,
+            join(updates)?,
+            join(toggles)?,
+            sentinels.len(),
+        ])
+    })?;
+    gpu.device.synchronize()?;
+    let mut written = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    for sentinel in &sentinels {
+        let v = sentinel.to_vec()?;
+        if v.iter().any(|&x| x != 0) {
+            written += 1;
+            seen.extend(v.into_iter().filter(|&x| x != 0));
+        }
+    }
+    println!(
+        "    {} launches, {} kernel and {} memset per-node updates, {} whole-graph updates, {} enable toggles, {} sentinels, {written} written",
+        counts[0], counts[1], counts[2], counts[3], counts[4], counts[5]
+    );
+    assert!(counts.iter().all(|&n| n > 0));
+    assert_eq!(
+        written, 0,
+        "sentinel buffers written by the exec (values {seen:?}): a replaced buffer was freed while a launch using it was queued"
+    );
+    Ok(())
+}
+
+/// An exec's device handle in an outer graph, and then everything — the inner exec, both
+/// definitions, the outer exec, the inner exec's buffer and the stream — dropped while the outer
+/// launch runs, in each order of the two execs: the inner exec, its source and its buffer are
+/// released once the outer launch has ended.
+fn everything_dropped_while_an_outer_launch_runs_releases_the_inner_exec(gpu: &Gpu) -> TestResult {
+    for round in 0..8 {
+        let (inner_first, captured) = (round % 2 == 0, round % 4 >= 2);
+        // Half the rounds drop everything while the outer launch spins, half after it ended.
+        let ns: u64 = if round < 4 { 100_000_000 } else { 0 };
+        let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+        let watch_buf = buf.release_observer();
+        let status = gpu.device.htod(&[-1i32])?;
+        let inner_def = GraphDefinition::new(&gpu.device)?;
+        // SAFETY: add_one(int*).
+        unsafe { inner_def.add_kernel_unchecked(&[], &gpu.f("add_one"), one(), &args![&buf])? };
+        let watch_inner = inner_def.release_observer();
+        let inner = inner_def.instantiate_with(&InstantiateOptions::new().device_launch(true))?;
+        let handle = inner.device_handle()?;
+        // SAFETY: spin(ns) only reads the clock; launch_graph(cudaGraphExec_t, int*), in a graph.
+        let outer = if captured {
+            let b = gpu.device.create_graph_builder()?.begin_building(Relaxed)?;
+            unsafe {
+                b.launch_unchecked(&gpu.f("spin"), one(), &args![ns])?;
+                b.launch_unchecked(&gpu.f("launch_graph"), one(), &args![handle, &status])?;
+            }
+            b.end_building()?.instantiate()?
+        } else {
+            let outer_def = GraphDefinition::new(&gpu.device)?;
+            unsafe {
+                let spin =
+                    outer_def.add_kernel_unchecked(&[], &gpu.f("spin"), one(), &args![ns])?;
+                outer_def.add_kernel_unchecked(
+                    &[&spin],
+                    &gpu.f("launch_graph"),
+                    one(),
+                    &args![handle, &status],
+                )?;
+            }
+            outer_def.instantiate()?
+        };
+        let s = gpu.stream();
+        outer.launch(&s)?;
+        if inner_first {
+            drop((inner, inner_def, buf, outer, s));
+        } else {
+            drop((outer, s, inner, inner_def, buf));
+        }
+        gpu.device.synchronize()?;
+        assert_eq!(status.to_vec()?, [0], "cudaGraphLaunch on the device");
+        assert!(
+            eventually(|| watch_inner.is_released() && watch_buf.is_released()),
+            "round {round} (inner first: {inner_first}, captured: {captured}): the inner exec's source released {}, its buffer {}",
+            watch_inner.is_released(),
+            watch_buf.is_released()
+        );
+    }
+    Ok(())
+}
+
+/// An exec instantiated from definition A (a host callback), updated from B while both
+/// definitions live, then both dropped: A's callback was kept until the exec went (the exec
+/// holds A's graph, whose nodes name the exec's for per-node updates, and A's tree held what
+/// its nodes used). Once only execs hold a graph, its tree lets go of that; A's nodes still name
+/// the exec's nodes, and B's callback, which the exec runs, stays.
+fn definitions_dropped_after_an_update_release_their_operands(gpu: &Gpu) -> TestResult {
+    let add_one = gpu.f("add_one");
+    let counter = gpu.device.alloc_zeroed::<i32>(1)?;
+    let made = |token: Arc<()>| -> cuda_graph::Result<(GraphDefinition, KernelNode)> {
+        let def = GraphDefinition::new(&gpu.device)?;
+        let (host, _) = def.add_host_callback(&[], move || {
+            let _ = &token;
+        })?;
+        // SAFETY: add_one(int*).
+        let k = unsafe { def.add_kernel_unchecked(&[&host], &add_one, one(), &args![&counter])? };
+        Ok((def, k))
+    };
+    let (first, second) = (Arc::new(()), Arc::new(()));
+    let (watch_first, watch_second) = (Arc::downgrade(&first), Arc::downgrade(&second));
+    let (a, ka) = made(first)?;
+    let (b, _) = made(second)?;
+    let exec = a.instantiate()?;
+    let s = gpu.stream();
+    exec.launch(&s)?;
+    exec.update(&b)?;
+    s.synchronize()?;
+    assert!(
+        stays(|| watch_first.upgrade().is_some()),
+        "A's definition still holds its callback"
+    );
+    drop((a, b));
+    assert!(
+        eventually(|| watch_first.upgrade().is_none()),
+        "A's callback is released once A is dropped, while the exec updated from B lives"
+    );
+    assert!(
+        stays(|| watch_second.upgrade().is_some()),
+        "the exec runs B's callback"
+    );
+    // A's kernel node still names the exec's (now running B's kernel).
+    exec.set_enabled(&ka, false)?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(
+        counter.to_vec()?,
+        [1],
+        "the second launch ran without the disabled kernel"
+    );
+    drop(exec);
+    assert!(
+        eventually(|| watch_second.upgrade().is_none()),
+        "B's callback is released with the exec"
+    );
+    Ok(())
+}
+
+/// A host node of a child graph that a builder embedded, destroyed through the captured
+/// graph's `inspect` view of its copy: its closure was kept (the capture held the child's
+/// whole snapshot); now each node's copy holds what that node used, as a definition's does.
+fn a_host_node_destroyed_in_a_builders_embedded_copy_releases_its_closure(gpu: &Gpu) -> TestResult {
+    let token = Arc::new(());
+    let watch = Arc::downgrade(&token);
+    let child = GraphDefinition::new(&gpu.device)?;
+    child.add_host_callback(&[], move || {
+        let _ = &token;
+    })?;
+    let b = gpu.device.create_graph_builder()?.begin_building(Global)?;
+    b.add_child_graph(&child)?;
+    let ended = b.end_building()?;
+    drop(child);
+    assert!(
+        stays(|| watch.upgrade().is_some()),
+        "the captured copy holds the closure"
+    );
+    let view = ended.graph_definition()?;
+    let copy = child_view(&view, &node_of(&view, NodeType::Child)?)?;
+    copy.destroy_node(node_of(&copy, NodeType::Host)?)?;
+    assert!(
+        eventually(|| watch.upgrade().is_none()),
+        "the destroyed copy's closure is released"
+    );
+    let g = ended.instantiate()?;
+    let s = gpu.stream();
+    g.launch(&s)?;
+    s.synchronize()?;
+    Ok(())
+}
+
+/// Launches of one exec on two streams run in launch order: the second stream waits for the
+/// first launch (a spin, then `affine` x -> 2x + 1; `affine` x -> 2x + 1 again on the second
+/// stream gives 3 from 0 only in that order). A launch on another stream while the previous
+/// launch's stream captures is refused (the event it records there would be captured), and
+/// works once the capture ended.
+fn launches_on_two_streams_run_in_order_and_wait_for_the_one_before(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(1)?;
+    let def = GraphDefinition::new(&gpu.device)?;
+    // SAFETY: spin(ns) only reads the clock; affine(int* p, int m, int b) sets p[0] = m p[0] + b.
+    unsafe {
+        let spin = def.add_kernel_unchecked(&[], &gpu.f("spin"), one(), &args![100_000_000u64])?;
+        def.add_kernel_unchecked(&[&spin], &gpu.f("affine"), one(), &args![&buf, 2i32, 1i32])?;
+    }
+    let g = def.instantiate()?;
+    let (s1, s2) = (gpu.stream(), gpu.stream());
+    g.launch(&s1)?;
+    g.launch(&s2)?;
+    s2.synchronize()?;
+    assert_eq!(
+        buf.to_vec()?,
+        [3],
+        "the launch on s2 ran after the one on s1"
+    );
+    let b = s2.create_graph_builder().begin_building(ThreadLocal)?;
+    match g.launch(&s1) {
+        Err(e) if e.refusal() == Some(Refusal::Capture) => {}
+        other => {
+            return Err(format!("a launch while the previous stream captures: {other:?}").into())
+        }
+    }
+    drop(b.end_building()?);
+    g.launch(&s1)?;
+    s1.synchronize()?;
+    assert_eq!(buf.to_vec()?, [7]);
+    Ok(())
+}
+
+/// The release of what a whole-graph update replaced assumes the update set every node's
+/// parameters, disabled nodes included. Checked against the driver: a kernel node disabled
+/// while the exec is updated from another definition, then enabled, runs the new definition's
+/// kernel parameters (writes B's buffer, not A's); likewise for a per-node update made while
+/// the node is disabled.
+fn updates_set_the_parameters_of_disabled_nodes_too(gpu: &Gpu) -> TestResult {
+    // SAFETY: fill(int* p, int n, int v) writes p[0..n).
+    let fill: Kernel<(*mut i32, i32, i32)> = unsafe { gpu.module.kernel("fill")? };
+    let made = |v: i32| -> cuda_graph::Result<(GraphDefinition, KernelNode, DeviceBuffer<i32>)> {
+        let buf = gpu.device.alloc_zeroed::<i32>(4)?;
+        let def = GraphDefinition::new(&gpu.device)?;
+        let k = def.add_kernel(&[], &fill, one(), (&buf, 4, v))?;
+        Ok((def, k, buf))
+    };
+    let (a, ka, buf_a) = made(1)?;
+    let (b, _, buf_b) = made(2)?;
+    let exec = a.instantiate()?;
+    exec.set_enabled(&ka, false)?;
+    exec.update(&b)?;
+    exec.set_enabled(&ka, true)?;
+    let s = gpu.stream();
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(
+        buf_a.to_vec()?,
+        [0; 4],
+        "the disabled node kept A's parameters"
+    );
+    assert_eq!(buf_b.to_vec()?, [2; 4]);
+    let c = gpu.device.alloc_zeroed::<i32>(4)?;
+    exec.set_enabled(&ka, false)?;
+    exec.set_params(&ka, NodeParams::kernel(&fill, one(), (&c, 4, 3))?)?;
+    exec.set_enabled(&ka, true)?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(
+        c.to_vec()?,
+        [3; 4],
+        "a per-node update while disabled took effect"
+    );
     Ok(())
 }

@@ -18,7 +18,7 @@ pub(crate) use node_table::{
     search_owners, IdMap, IdSet, KeepChunk, NodeOwnersIndex, Owner, Owners, Reserved, SharedRef,
 };
 pub use tree::GraphHandle;
-pub(crate) use tree::{lock_two, next_id, CondRecord, ExecHandle, TreeState};
+pub(crate) use tree::{lock_two, next_id, CondRecord, ExecHandle, ExecRef, TreeState, UserGraph};
 
 /// A node list the driver fills (`cuGraphGetNodes`, `cuGraphNodeGetDependencies`, ...): `fill`
 /// is called with a null array to get the count, then with room for that many. The caller holds

@@ -1,7 +1,7 @@
 //! Graph and graph-exec handles, and the state a graph tree's lock guards.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use cudarc::driver::sys;
@@ -45,6 +45,68 @@ pub struct GraphHandle {
     /// mutates a graph runs under its tree's lock ([`GraphHandle::lock`]). Only the root's is
     /// used; a conditional body takes its root's, since instantiating the root reads the bodies.
     tree: TreeLock<TreeState>,
+    /// How many of the strong references to this graph are held by execs ([`ExecRef`]): where
+    /// they are all that is left, no one can instantiate, copy or read the tree again, and what
+    /// its nodes use can go (execs hold their own snapshots).
+    exec_holds: AtomicUsize,
+}
+
+/// A graph (a tree's root) held by an exec: for the raw graph and the node table that per-node
+/// updates name the exec's nodes through, not for what the nodes use (the exec holds its own
+/// snapshot of that). Counted in the graph's `exec_holds`.
+#[derive(Debug)]
+pub(crate) struct ExecRef(Arc<GraphHandle>);
+
+impl ExecRef {
+    pub(crate) fn new(graph: Arc<GraphHandle>) -> Self {
+        graph.exec_holds.fetch_add(1, Ordering::AcqRel);
+        ExecRef(graph)
+    }
+}
+
+impl std::ops::Deref for ExecRef {
+    type Target = Arc<GraphHandle>;
+    fn deref(&self) -> &Arc<GraphHandle> {
+        &self.0
+    }
+}
+
+impl Drop for ExecRef {
+    fn drop(&mut self) {
+        self.0.exec_holds.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A user's handle of a graph: what a `GraphDefinition` (a definition, or a view of a body, an
+/// embedded graph or an ended builder's graph) holds. When the last user's handle of a tree goes
+/// while execs hold it, the tree lets go of what its nodes use ([`GraphHandle::user_left`]).
+pub(crate) struct UserGraph(std::mem::ManuallyDrop<Arc<GraphHandle>>);
+
+impl UserGraph {
+    pub(crate) fn new(graph: Arc<GraphHandle>) -> Self {
+        UserGraph(std::mem::ManuallyDrop::new(graph))
+    }
+}
+
+impl std::ops::Deref for UserGraph {
+    type Target = Arc<GraphHandle>;
+    fn deref(&self) -> &Arc<GraphHandle> {
+        &self.0
+    }
+}
+
+impl Drop for UserGraph {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and never used again (this is its owner's drop).
+        let graph = unsafe { std::mem::ManuallyDrop::take(&mut self.0) };
+        let root = graph.root();
+        if !root.exec_held() {
+            return;
+        }
+        let root_weak = Arc::downgrade(&root);
+        drop((root, graph));
+        GraphHandle::user_left(root_weak);
+    }
 }
 
 /// Forgets the handles in `views` that are gone, and a dead graph (in `dead`) none of whose
@@ -224,10 +286,6 @@ pub(crate) struct TreeState {
     /// Kernel nodes that use an allocation through a `GraphBuffer`: `(graph id, raw allocation
     /// node)` → the raw nodes, which its free node must run after.
     pub(crate) memory_users: IdMap<(u64, usize), Vec<usize>>,
-    /// Graphs whose allocations a node ever used through a `GraphBuffer`, kept after the free
-    /// node (unlike [`memory_users`](Self::memory_users)): an exec of another graph does not
-    /// map their addresses, so it takes no update from them.
-    pub(crate) memory_viewed: IdSet<u64>,
     /// Graphs holding memory allocation (and so free) nodes. CUDA forbids deleting nodes or
     /// edges of such a graph: `destroy_node` and `remove_edge` refuse it.
     pub(crate) memory_graphs: IdSet<u64>,
@@ -517,6 +575,7 @@ impl GraphHandle {
             embedded: false,
             tree: TreeLock::new(TreeState::default()),
             disowned: AtomicBool::new(false),
+            exec_holds: AtomicUsize::new(0),
         }
     }
 
@@ -547,9 +606,47 @@ impl GraphHandle {
             embedded,
             tree: TreeLock::new(TreeState::default()),
             disowned: AtomicBool::new(false),
+            exec_holds: AtomicUsize::new(0),
         });
         tree.register_view(&view);
         view
+    }
+
+    /// Whether execs hold this graph and nothing else does but `others` references the caller
+    /// knows of: then no one can instantiate, copy or read its tree again.
+    pub(crate) fn only_execs_hold(self: &Arc<Self>, others: usize) -> bool {
+        let execs = self.exec_holds.load(Ordering::Acquire);
+        execs > 0 && Arc::strong_count(self) == execs + others
+    }
+
+    /// Called when a user's handle of the tree `root` is gone ([`UserGraph`]): where only execs
+    /// hold the tree now, no one can instantiate, copy or read it again, and every exec holds
+    /// its own snapshot of what its nodes use, so the tree lets go of that (dropped on the
+    /// release thread: values' `Drop`s may call back into the crate). An exec updated from
+    /// another graph thus keeps the graph it was instantiated from (its nodes name the exec's
+    /// for per-node updates) but not that graph's operands. Concurrent last drops are
+    /// serialised, so the last one sees the others' references gone.
+    pub(crate) fn user_left(root: Weak<GraphHandle>) {
+        static GATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let gate = GATE.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(root) = root.upgrade() else {
+            return;
+        };
+        // The upgrade is the one reference besides the execs'.
+        if !root.only_execs_hold(1) {
+            return;
+        }
+        let taken = root.lock().take_operands();
+        drop(root);
+        drop(gate);
+        if !taken.is_empty() {
+            release::later(Box::new(move || drop(taken)));
+        }
+    }
+
+    /// Whether an exec holds this graph.
+    pub(crate) fn exec_held(&self) -> bool {
+        self.exec_holds.load(Ordering::Acquire) > 0
     }
 
     /// Whether this is the graph a child-graph node runs, seen through the node.
