@@ -16,7 +16,17 @@ extern "C" __global__ void affine(int* p, int m, int b) {
 }
 "#;
 
-fn main() -> cuda_graph::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("quickstart: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> cuda_graph::Result<()> {
     let device = Device::new(0)?;
     let module = device.compile(SOURCE)?;
     // SAFETY: this is `affine`'s parameter list, and it touches only p[0]: the one element of

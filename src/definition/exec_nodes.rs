@@ -220,7 +220,7 @@ impl Graph {
     /// # fn f(device: &Device, buf: &DeviceBuffer<i32>, stream: &Stream) -> cuda_graph::Result<()> {
     /// let def = GraphDefinition::new(device)?;
     /// let fill = def.add_memset(&[], buf, 1i32)?;
-    /// let mut graph = def.instantiate()?;
+    /// let graph = def.instantiate()?;
     /// graph.set_params(&fill, NodeParams::memset(buf, 2i32)?)?;
     /// graph.launch(stream)?; // sets 2; the definition still sets 1
     /// # Ok(()) }

@@ -25,7 +25,7 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::R
     let _edges: Vec<(GraphNode, GraphNode)> = def.edges()?;
     def.debug_dot_print("/tmp/def.dot", &GraphDebugPrintOptions::default())?;
     let copy = def.try_clone()?;
-    let mut graph = def.instantiate()?;
+    let graph = def.instantiate()?;
     graph.update(&copy)?;
 
     // A view of an ended builder, extended, used as a child and an update source.

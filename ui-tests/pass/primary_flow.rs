@@ -10,7 +10,7 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>) -> cuda_graph::R
     builder.capture_status()?;
     let ended = builder.end_building()?;
     ended.debug_dot_print("/tmp/g.dot", &GraphDebugPrintOptions::all())?;
-    let mut graph = ended.instantiate()?;
+    let graph = ended.instantiate()?;
     let again = ended.instantiate_with(&InstantiateOptions::new().use_node_priority(true))?;
     let stream = device.create_stream()?;
     graph.launch(&stream)?;

@@ -20,7 +20,7 @@ fn flow(device: &Device, f: &Function, buf: &DeviceBuffer<i32>, e: &Event) -> cu
     let (p, _cb) = NodeParams::host_callback(|| {});
     let (h, _first) = def.add_host_callback(&[&j], || {})?;
     def.set_params(&h, p)?;
-    let mut graph = def.instantiate()?;
+    let graph = def.instantiate()?;
     // SAFETY: as above.
     graph.set_params(&k, unsafe {
         NodeParams::kernel_unchecked(f, LaunchConfig::single(), KernelArgs::new().arg(buf))
