@@ -2,10 +2,121 @@
 //! that the source says `#[cfg(cuda_before_12_8)]` once instead of listing every feature below
 //! 12.8 at each use. Adding a `cuda-*` feature means adding it to the chain here (a new newest
 //! version: a `cuda_before_` alias for the one before it, and `cuda_version_chosen`).
+//!
+//! It also writes the guides (`docs/*.md`, `docs/design/*.md`) for rustdoc (`src/docs.rs`), with
+//! their links between one another (`[text](memory.md)`, right on GitHub) turned into intra-doc
+//! links to the modules that render them (`crate::docs::design::memory`): a relative `.md` link
+//! names no page in rendered rustdoc. A link to a guide that does not exist becomes a path that
+//! does not resolve either, which `cargo doc` with warnings denied (CI) reports.
 
 use cfg_aliases::cfg_aliases;
 
+/// The guides and the modules of `src/docs.rs` that render them.
+const GUIDES: &[(&str, &str)] = &[
+    ("GUIDE.md", "crate::docs::guide"),
+    ("DEFINITION.md", "crate::docs::definitions"),
+    ("DESIGN.md", "crate::docs::design"),
+    (
+        "design/adding-a-node-kind.md",
+        "crate::docs::design::adding_a_node_kind",
+    ),
+    (
+        "design/architecture.md",
+        "crate::docs::design::architecture",
+    ),
+    ("design/captures.md", "crate::docs::design::captures"),
+    (
+        "design/conditionals.md",
+        "crate::docs::design::conditionals",
+    ),
+    ("design/definitions.md", "crate::docs::design::definitions"),
+    ("design/destruction.md", "crate::docs::design::destruction"),
+    (
+        "design/host-callbacks.md",
+        "crate::docs::design::host_callbacks",
+    ),
+    ("design/kernels.md", "crate::docs::design::kernels"),
+    ("design/memory.md", "crate::docs::design::memory"),
+    ("design/nccl.md", "crate::docs::design::nccl"),
+    ("design/ownership.md", "crate::docs::design::ownership"),
+    ("design/performance.md", "crate::docs::design::performance"),
+];
+
+/// Where a link `target` (ending in `.md`, maybe with `#fragment`) written in guide `from`
+/// (a path under `docs/`) points in rustdoc.
+fn rustdoc_target(from: &str, target: &str) -> String {
+    let (file, fragment) = match target.split_once('#') {
+        Some((f, frag)) => (f, Some(frag)),
+        None => (target, None),
+    };
+    // Resolve `file` against `from`'s folder, `..` included.
+    let mut parts: Vec<&str> = from.split('/').collect();
+    parts.pop();
+    for part in file.split('/') {
+        match part {
+            ".." => {
+                parts.pop();
+            }
+            "." | "" => {}
+            p => parts.push(p),
+        }
+    }
+    let path = parts.join("/");
+    let module = GUIDES
+        .iter()
+        .find(|(f, _)| *f == path)
+        .map(|(_, m)| m.to_string())
+        // No such guide: a path rustdoc cannot resolve, so `cargo doc -D warnings` fails on it.
+        .unwrap_or_else(|| {
+            format!(
+                "crate::docs::no_such_guide::{}",
+                path.replace(['/', '-', '.'], "_")
+            )
+        });
+    match fragment {
+        Some(f) => format!("{module}#{f}"),
+        None => module,
+    }
+}
+
+/// `text` with each `](x.md...)` link rewritten by [`rustdoc_target`].
+fn rustdoc_links(from: &str, text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("](") {
+        out.push_str(&rest[..i + 2]);
+        rest = &rest[i + 2..];
+        let Some(end) = rest.find(')') else { break };
+        let target = &rest[..end];
+        let is_guide = !target.contains("://")
+            && !target.contains(' ')
+            && (target.ends_with(".md") || target.contains(".md#"));
+        if is_guide {
+            out.push_str(&rustdoc_target(from, target));
+        } else {
+            out.push_str(target);
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn write_guides() {
+    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::create_dir_all(out.join("docs/design")).expect("OUT_DIR is writable");
+    for (file, _) in GUIDES {
+        let src = format!("docs/{file}");
+        println!("cargo:rerun-if-changed={src}");
+        let text = std::fs::read_to_string(&src).unwrap_or_else(|e| panic!("{src}: {e}"));
+        std::fs::write(out.join("docs").join(file), rustdoc_links(file, &text))
+            .expect("OUT_DIR is writable");
+    }
+}
+
 fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    write_guides();
     cfg_aliases! {
         // `cuda_before_X_Y`: the chosen bindings are older than CUDA X.Y. Each version feature is
         // named once, in this chain.
