@@ -619,8 +619,8 @@ impl Graph {
         if let Some(previous) = unused {
             // Never launched while it was current: nothing uses it. Released here with no lock
             // held, as an idle exec's operands are when it is dropped; handing it to the
-            // release thread cost every update a wake-up of that thread (about 2.5 µs of the
-            // library's extra time per update on the H200).
+            // release thread would cost every update a wake-up of that thread (see
+            // performance.md for how update costs are measured).
             release_unused(Box::new(previous));
         }
         Ok(())
