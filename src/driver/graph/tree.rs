@@ -621,8 +621,8 @@ impl GraphHandle {
 
     /// Called when a user's handle of the tree `root` is gone ([`UserGraph`]): where only execs
     /// hold the tree now, no one can instantiate, copy or read it again, and every exec holds
-    /// its own snapshot of what its nodes use, so the tree lets go of that (dropped on the
-    /// release thread: values' `Drop`s may call back into the crate). An exec updated from
+    /// its own snapshot of what its nodes use, so the tree lets go of that, here, with no lock
+    /// held (as a tree's last handle drops what its nodes use). An exec updated from
     /// another graph thus keeps the graph it was instantiated from (its nodes name the exec's
     /// for per-node updates) but not that graph's operands. Concurrent last drops are
     /// serialised, so the last one sees the others' references gone.
@@ -639,9 +639,7 @@ impl GraphHandle {
         let taken = root.lock().take_operands();
         drop(root);
         drop(gate);
-        if !taken.is_empty() {
-            release::later(Box::new(move || drop(taken)));
-        }
+        drop(taken);
     }
 
     /// Whether an exec holds this graph.
