@@ -11,6 +11,73 @@
 
 use cfg_aliases::cfg_aliases;
 
+/// The CUDA versions the crate has bindings for (cudarc's `cuda-*` features, forwarded under the
+/// same names), oldest first. A new one is added here, to `Cargo.toml` and to the alias chain in
+/// `main`.
+const CUDA_VERSIONS: &[&str] = &[
+    "12030", "12040", "12050", "12060", "12080", "12090", "13000", "13010", "13020", "13030",
+    "13040",
+];
+
+/// The CUDA version of the bindings, as cudarc settles it: `CUDARC_CUDA_VERSION` in the
+/// environment if set (cudarc reads it before its features), else the one `cuda-*` feature, else
+/// with `cuda-version-from-build-system` the toolkit's (`nvcc --version`). Two sources that differ
+/// would give cudarc two sets of bindings at once: refused here with one message, as are no
+/// choice at all and two `cuda-*` features.
+fn cuda_version() -> Result<String, String> {
+    println!("cargo:rerun-if-env-changed=CUDARC_CUDA_VERSION");
+    println!("cargo:rerun-if-env-changed=PATH");
+    let chosen: Vec<&str> = CUDA_VERSIONS
+        .iter()
+        .copied()
+        .filter(|v| std::env::var_os(format!("CARGO_FEATURE_CUDA_{v}")).is_some())
+        .collect();
+    let from_env = std::env::var("CUDARC_CUDA_VERSION").ok();
+    let from_build_system =
+        std::env::var_os("CARGO_FEATURE_CUDA_VERSION_FROM_BUILD_SYSTEM").is_some();
+    let known = |v: &str| -> Result<String, String> {
+        if CUDA_VERSIONS.contains(&v) {
+            Ok(v.to_string())
+        } else {
+            Err(format!(
+                "cuda-graph has no bindings for CUDA version {v} (it builds with {}): pick one of those",
+                CUDA_VERSIONS.join(", ")
+            ))
+        }
+    };
+    match (chosen.as_slice(), from_env) {
+        ([_, _, ..], _) => Err(format!(
+            "cuda-graph: more than one CUDA version feature is enabled ({}): enable exactly one, the same one as for cudarc if another crate picks cudarc's",
+            chosen.iter().map(|v| format!("cuda-{v}")).collect::<Vec<_>>().join(", ")
+        )),
+        ([v], Some(env)) if env != *v => Err(format!(
+            "cuda-graph: the feature cuda-{v} and CUDARC_CUDA_VERSION={env} disagree (cudarc would build both versions' bindings): unset CUDARC_CUDA_VERSION, or set it to {v}, or enable cuda-graph's cuda-{env} instead"
+        )),
+        ([v], _) => Ok(v.to_string()),
+        ([], Some(env)) => known(&env),
+        ([], None) if from_build_system => {
+            let out = std::process::Command::new("nvcc")
+                .arg("--version")
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .ok_or("cuda-graph: the feature cuda-version-from-build-system runs `nvcc --version`, which failed: put the CUDA toolkit's bin folder on PATH, or set CUDARC_CUDA_VERSION (13000 for CUDA 13.0), or enable a cuda-* feature instead")?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let release = text
+                .split("release ")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .ok_or("cuda-graph: `nvcc --version` printed no `release X.Y`: set CUDARC_CUDA_VERSION (13000 for CUDA 13.0) or enable a cuda-* feature")?;
+            let (major, minor) = release.trim().split_once('.').unwrap_or((release, "0"));
+            known(&format!("{major}0{minor}0"))
+        }
+        ([], None) => Err(format!(
+            "cuda-graph: no CUDA version chosen for the driver bindings. Enable exactly one of the features {} (cuda-12080 is in the defaults), or cuda-version-from-build-system to follow the installed toolkit as cudarc does: the same choice as for cudarc if you depend on it too",
+            CUDA_VERSIONS.iter().map(|v| format!("cuda-{v}")).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
 /// The guides and the modules of `src/docs.rs` that render them.
 const GUIDES: &[(&str, &str)] = &[
     ("GUIDE.md", "crate::docs::guide"),
@@ -117,6 +184,24 @@ fn write_guides() {
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     write_guides();
+    if std::env::var_os("CARGO_FEATURE_DYNAMIC_LOADING").is_none()
+        && std::env::var_os("CARGO_FEATURE_DYNAMIC_LINKING").is_none()
+    {
+        println!("cargo::error=cuda-graph: no way to find libcuda chosen. Enable the feature `dynamic-loading` (open it at run time, in the defaults) or `dynamic-linking` (link it at build time)");
+        return;
+    }
+    match cuda_version() {
+        Ok(v) => {
+            // The version's feature, for the aliases below, where it came from the environment
+            // or the toolkit rather than a feature. Build scripts run single-threaded.
+            std::env::set_var(format!("CARGO_FEATURE_CUDA_{v}"), "1");
+            println!("cargo:rustc-env=CUDA_GRAPH_BINDINGS_VERSION={v}");
+        }
+        Err(why) => {
+            println!("cargo::error={why}");
+            return;
+        }
+    }
     cfg_aliases! {
         // `cuda_before_X_Y`: the chosen bindings are older than CUDA X.Y. Each version feature is
         // named once, in this chain.

@@ -74,12 +74,13 @@ impl HotEntryPoints {
         if super::loaded().is_err() {
             return Self::default();
         }
-        // SAFETY: the driver library is loaded (checked above), so `culib()` returns it rather
-        // than panicking; each type is its symbol's C signature (checked against the bindings
-        // above); the library stays loaded for the process's life (`culib` keeps it in a static),
-        // so the pointers stay valid.
+        let Some(lib) = super::library() else {
+            return Self::default();
+        };
+        // SAFETY: each type is its symbol's C signature (checked against the bindings above);
+        // the library stays loaded for the process's life (`library` keeps it in a static), so
+        // the pointers stay valid.
         unsafe {
-            let lib = sys::culib();
             HotEntryPoints {
                 launch_kernel: lib
                     .get::<LaunchKernelFn>(b"cuLaunchKernel\0")

@@ -34,31 +34,56 @@ pub(crate) mod tree_lock;
 
 pub use crate::version::DriverVersion;
 
-// The features forwarded to cudarc (see `Cargo.toml`). When cudarc itself gets neither, its build
-// script stops first with its own list of features; these errors are for the case where another
-// dependency chose cudarc's features and this crate's were left out.
-#[cfg(not(cuda_version_chosen))]
-compile_error!(
-    "cuda-graph: no CUDA version chosen for the driver bindings. Enable exactly one of the \
-     features cuda-12030, cuda-12040, cuda-12050, cuda-12060, cuda-12080 (the default), \
-     cuda-12090, cuda-13000, cuda-13010, cuda-13020, cuda-13030, cuda-13040: the same one as \
-     for cudarc if you depend on it too."
+// The CUDA version of the bindings this crate was built for (build.rs settles it, and refuses a
+// missing or contradictory choice with one message) must be the version of cudarc's bindings,
+// which another crate may have chosen.
+const _: () = assert!(
+    sys::CUDA_VERSION == parse_version(env!("CUDA_GRAPH_BINDINGS_VERSION")),
+    "cuda-graph and cudarc were built with the bindings of different CUDA versions: enable the same \
+     cuda-* feature for both, or cuda-graph's cuda-version-from-build-system where another crate \
+     turns on cudarc's"
 );
-#[cfg(not(any(feature = "dynamic-loading", feature = "dynamic-linking")))]
-compile_error!(
-    "cuda-graph: no way to find libcuda chosen. Enable the feature `dynamic-loading` (open it \
-     at run time, the default) or `dynamic-linking` (link it at build time): the same one as \
-     for cudarc if you depend on it too."
-);
+
+/// `"12080"` as `12080`, at compile time.
+const fn parse_version(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let mut v = 0;
+    let mut i = 0;
+    while i < b.len() {
+        v = v * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    v
+}
 
 static DRIVER: OnceLock<Result<DriverVersion>> = OnceLock::new();
 
-/// Whether libcuda exports `name`. Only call after [`loaded`] succeeded.
+/// libcuda, opened by this crate (`dynamic-loading`), or `None` where it cannot be opened. The
+/// names are tried in the order cudarc tries them and are among cudarc's, so where this opens the
+/// library cudarc's own loader (which panics where it finds none) opens it too; where another
+/// crate made cudarc link libcuda instead, this opens the library the program already loaded.
+#[cfg(feature = "dynamic-loading")]
+pub(crate) fn library() -> Option<&'static libloading::Library> {
+    const NAMES: &[&str] = if cfg!(windows) {
+        &["nvcuda.dll"]
+    } else {
+        &["libcuda.so", "libcuda.so.1"]
+    };
+    static LIB: OnceLock<Option<libloading::Library>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        NAMES.iter().find_map(|name| {
+            // SAFETY: loading libcuda runs its initialisers, which have no preconditions.
+            unsafe { libloading::Library::new(*name) }.ok()
+        })
+    })
+    .as_ref()
+}
+
+/// Whether libcuda exports `name`.
 #[cfg(feature = "dynamic-loading")]
 fn has_symbol(name: &str) -> bool {
-    // SAFETY: `culib()` is only reached after `is_culib_present()` returned true (see `init`), so it
-    // loads the library instead of panicking; looking a symbol up has no side effects.
-    unsafe { sys::culib().get::<*const ()>(name.as_bytes()).is_ok() }
+    // SAFETY: looking a symbol up has no side effects.
+    library().is_some_and(|lib| unsafe { lib.get::<*const ()>(name.as_bytes()) }.is_ok())
 }
 
 /// Linked at build time (`dynamic-linking`): the program would not have started without libcuda
@@ -69,9 +94,8 @@ fn has_symbol(_name: &str) -> bool {
 }
 
 fn init() -> Result<DriverVersion> {
-    // SAFETY: `is_culib_present` only tries to open the library and drops it.
     #[cfg(feature = "dynamic-loading")]
-    if !unsafe { sys::is_culib_present() } {
+    if library().is_none() {
         return Err(Error::DriverNotFound);
     }
     for sym in [

@@ -74,17 +74,13 @@ struct Nccl {
     _lib: libloading::Library,
 }
 
-/// The library names tried, in order: NCCL's soname first, then cudarc's candidates (with
-/// `dynamic-loading`), which start with `libnccl.so`.
+/// The library names tried, in order: NCCL's soname first, then the development name.
 pub(crate) fn candidates() -> Vec<String> {
-    let mut names = vec!["libnccl.so.2".to_string()];
-    #[cfg(feature = "dynamic-loading")]
-    names.extend(cudarc::get_lib_name_candidates("nccl"));
-    #[cfg(not(feature = "dynamic-loading"))]
-    names.push("libnccl.so".to_string());
-    let mut seen = std::collections::HashSet::new();
-    names.retain(|n| seen.insert(n.clone()));
-    names
+    if cfg!(windows) {
+        vec!["nccl.dll".to_string()]
+    } else {
+        vec!["libnccl.so.2".to_string(), "libnccl.so".to_string()]
+    }
 }
 
 static NCCL: OnceLock<std::result::Result<Nccl, String>> = OnceLock::new();
