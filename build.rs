@@ -82,6 +82,7 @@ fn cuda_version() -> Result<String, String> {
 const GUIDES: &[(&str, &str)] = &[
     ("GUIDE.md", "crate::docs::guide"),
     ("DEFINITION.md", "crate::docs::definitions"),
+    ("FOREIGN.md", "crate::docs::foreign"),
     ("DESIGN.md", "crate::docs::design"),
     (
         "design/adding-a-node-kind.md",

@@ -12,6 +12,7 @@
 #   `nccl` feature finds libnccl.so.2; the NCCL tests are ignored without it)
 #   SOAK_CYCLES=100000 gpu-bundle/example-soak   # the full leak soak; run-all.sh runs it with
 #                                                # its default of 2000 cycles per loop
+#   CANDLE=1 scripts/gpu-bundle.sh   # also examples/candle (candle-core with `cuda`: nvcc, minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -54,6 +55,15 @@ scripts/readme-crate.sh "$fresh"
 CARGO_TARGET_DIR="$PWD/target" cargo build --release --quiet --manifest-path "$fresh/Cargo.toml"
 cp target/release/readme-quickstart "$out/example-readme-quickstart"
 strip "$out/example-readme-quickstart" 2>/dev/null || true
+
+# The candle example (examples/candle, a crate of its own): with CANDLE=1, built through
+# scripts/candle-env.sh (the first build compiles candle's kernels with nvcc: minutes).
+if [ "${CANDLE:-0}" = 1 ]; then
+  scripts/candle-env.sh cargo build --release --quiet --manifest-path examples/candle/Cargo.toml \
+    --target-dir target/candle
+  cp target/candle/release/candle-capture "$out/example-candle-capture"
+  strip "$out/example-candle-capture" 2>/dev/null || true
+fi
 
 cat > "$out/run-all.sh" <<'RUN'
 #!/usr/bin/env bash

@@ -1,4 +1,5 @@
-//! The guides, as rustdoc: a tour of the crate, building graphs explicitly, and the design
+//! The guides, as rustdoc: a tour of the crate, building graphs explicitly, capturing other
+//! libraries' work (cuBLAS, candle), and the design
 //! (why the crate is built the way it is). The same texts are `docs/*.md` and
 //! `docs/design/*.md` in the repository; `build.rs` turns their links to one another into links
 //! to these modules.
@@ -8,6 +9,9 @@ pub mod guide {}
 
 #[doc = include_str!(concat!(env!("OUT_DIR"), "/docs/DEFINITION.md"))]
 pub mod definitions {}
+
+#[doc = include_str!(concat!(env!("OUT_DIR"), "/docs/FOREIGN.md"))]
+pub mod foreign {}
 
 #[doc = include_str!(concat!(env!("OUT_DIR"), "/docs/DESIGN.md"))]
 pub mod design {

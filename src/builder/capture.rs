@@ -135,6 +135,50 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         }
     }
 
+    /// Holds `owner` as long as the graph this capture records into, every copy and embedding of
+    /// it, and every exec made from any of them: for what work recorded here by **other code**
+    /// reads or writes. A library that issues its own kernels on the capturing stream (cuBLAS, a
+    /// framework such as candle, raw launches on [`Stream::as_raw`]) records them into this graph,
+    /// but the crate never sees their operands; what they use must outlive every replay, so
+    /// hand its owner here: a candle `Tensor`, a cudarc `CudaSlice`, an `Arc` of anything.
+    ///
+    /// Work the crate records itself holds its operands already (buffers, modules, callbacks).
+    /// Holding more than needed is never wrong; holding less is what the `unsafe` of the foreign
+    /// stream's constructor ([`Stream::from_raw`], or `Stream::from_cudarc` with the `cudarc`
+    /// feature) promises not to do; the guide's page on other libraries' work
+    /// ([`docs::foreign`](crate::docs::foreign)) walks through cuBLAS and candle.
+    /// The owner is dropped on whatever thread lets the last of those go (the release thread
+    /// among them), so it is `Send + Sync`.
+    ///
+    /// An error where the capture no longer records (the driver invalidated it): the owner is
+    /// dropped here.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<ThreadLocal>>) -> cuda_graph::Result<()> {
+    /// // Memory another library's kernels, recorded into this capture, read and write.
+    /// let workspace: std::sync::Arc<Vec<u8>> = std::sync::Arc::new(vec![0; 16]);
+    /// b.hold(workspace.clone())?; // lives as long as the graph and its execs
+    /// # Ok(()) }
+    /// ```
+    pub fn hold<T: Send + Sync + 'static>(&self, owner: T) -> Result<()>
+    where
+        S: IsCapturing,
+    {
+        let owner = std::sync::Arc::new(owner);
+        self.core.stream.enqueue(|rec| {
+            if !rec.capturing() {
+                return Err(Error::invalid(
+                    Refusal::Broken,
+                    "this builder's stream no longer records into its capture (the driver invalidated it): nothing can be held for a graph that will not end",
+                ));
+            }
+            rec.keep(&owner);
+            Ok(())
+        })
+    }
+
     /// Records a memset of every byte of `buf` to `value`.
     ///
     /// ```no_run

@@ -284,8 +284,10 @@ impl Graph {
     /// Enables or disables `node` in this exec (`cuGraphNodeSetEnabled`): a disabled node does
     /// nothing when the exec is launched (its dependencies are still ordered), until it is
     /// enabled again. `node` is a node of the graph the exec was instantiated from or of its
-    /// latest update's source, as for [`set_params`](Self::set_params). The driver supports kernel, memset and memcpy nodes
-    /// (newer drivers some more); it refuses others with an error.
+    /// latest update's source, as for [`set_params`](Self::set_params). The driver supports kernel
+    /// and memcpy nodes (newer drivers some more) and refuses others with an error; memset nodes,
+    /// which it supports too, are refused here ([`Refusal::Unsupported`]): launches after a memset
+    /// node was disabled and enabled again fail and end the context.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -304,6 +306,18 @@ impl Graph {
         self.exec.ctx.bind()?;
         let source = state.source.as_deref().cloned().ok_or_else(no_source)?;
         let raw_node = exec_node_of(&mut state, &source, node)?;
+        // SAFETY: `raw_node` is a live node of the instantiation graph, whose tree is locked
+        // (`raw_node.0`).
+        let kind = unsafe { driver::graph::node_type(raw_node.1) }?;
+        if kind == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET as u32 {
+            // Launches of an exec whose memset node was disabled and enabled again between
+            // them fail with CUDA_ERROR_LAUNCH_FAILED, which ends the context: seen with raw
+            // driver calls, on one thread, on driver 13.0 (`safety::a_memset_node_is_never_toggled`).
+            return Err(Error::invalid(
+                Refusal::Unsupported,
+                "a memset node cannot be enabled or disabled in an exec: the driver's launches fail afterwards (CUDA_ERROR_LAUNCH_FAILED, which ends the context). point it at a scratch buffer with set_params instead, or put it in a conditional node's body",
+            ));
+        }
         // SAFETY: the exec is live and its lock held; `raw_node` is one of the nodes it was
         // instantiated with (checked under its graph's tree lock, held across the call).
         unsafe { driver::graph::node_set_enabled(self.exec.raw, raw_node.1, enabled) }

@@ -6,7 +6,7 @@ use cuda_graph::GraphDebugPrintOptions;
 use cuda_graph::Refusal;
 
 use crate::args;
-use crate::support::{one, Gpu, Needs, TestResult};
+use crate::support::{eventually, one, Gpu, Needs, TestResult};
 
 crate::gpu_tests! {
     "builder";
@@ -29,7 +29,8 @@ crate::gpu_tests! {
         refused_begin_leaves_other_capture_alone,
         relaxed_capture_ends_on_another_thread,
         graph_outlives_builder_and_buffer_handles,
-        releases_do_not_invalidate_a_global_capture;
+        releases_do_not_invalidate_a_global_capture,
+        held_owners_live_as_long_as_the_graph_and_its_execs;
 }
 
 fn capture_add_one(
@@ -458,5 +459,46 @@ fn releases_do_not_invalidate_a_global_capture(gpu: &Gpu) -> TestResult {
     g.launch(&s)?;
     s.synchronize()?;
     assert_eq!(buf.to_vec()?, [1]);
+    Ok(())
+}
+
+/// Work recorded by other code (here a memset issued on the raw stream, which the crate never
+/// sees) uses memory only `hold` keeps: it lives while the ended builder, the exec or a copy of
+/// the graph does, through launches, and goes with the last of them; a second `hold` of the
+/// same owner is one hold.
+fn held_owners_live_as_long_as_the_graph_and_its_execs(gpu: &Gpu) -> TestResult {
+    let buf = gpu.device.alloc_zeroed::<i32>(4)?;
+    let watch = buf.release_observer();
+    let s = gpu.stream();
+    let b = s.create_graph_builder().begin_building(ThreadLocal)?;
+    // SAFETY: a memset of the buffer's 4 words on the capturing stream: recorded into the graph.
+    let r = unsafe { cudarc::driver::sys::cuMemsetD32Async(buf.as_raw(), 7, 4, s.as_raw()) };
+    assert_eq!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
+    b.hold(buf.clone())?;
+    let ended = b.end_building()?;
+    let copy = ended.graph_definition()?.try_clone()?;
+    let graph = ended.instantiate()?;
+    drop(ended);
+    let out = buf.clone();
+    drop(buf);
+    graph.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(
+        out.to_vec()?,
+        [7; 4],
+        "the foreign memset was recorded and replayed"
+    );
+    out.copy_from(&[0; 4])?;
+    drop(out);
+    assert!(!watch.is_released(), "held by the exec and the copy");
+    graph.launch(&s)?;
+    s.synchronize()?;
+    drop(graph);
+    assert!(!watch.is_released(), "held by the copy of the graph");
+    drop(copy);
+    assert!(
+        eventually(|| watch.is_released()),
+        "released once the graph, its copy and its exec are gone"
+    );
     Ok(())
 }

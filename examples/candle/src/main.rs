@@ -1,0 +1,171 @@
+//! candle work captured through cuda-graph: a small network's forward pass written with candle
+//! ops (two matmuls through cuBLAS, a ReLU, a softmax made of candle's reductions), captured once
+//! on candle's own stream, replayed with new inputs written between replays, and compared with
+//! the same forward pass run eagerly by candle.
+//!
+//! ```text
+//! scripts/candle-env.sh cargo run --release --manifest-path examples/candle/Cargo.toml
+//! ```
+//!
+//! The path, step by step:
+//! 1. A candle device with a stream of its own (`Device::new_cuda_with_stream`): candle's
+//!    everyday `Device::new_cuda` runs on cudarc's per-thread default stream, whose handle names
+//!    a different stream on every thread, so this crate refuses it (`--per-thread` shows the
+//!    error).
+//! 2. This crate's `Device` and `Stream` for candle's context and stream (`from_cudarc`). The
+//!    stream's constructor is `unsafe`: its promise is that what other code records into a
+//!    capture on it (here, every candle op) uses only memory that outlives the graph's
+//!    replays, which `GraphBuilder::hold` makes true for the tensors handed to it.
+//! 3. One eager forward pass first, inside candle's `enable_cuda_graph_htod_cache` guard: it
+//!    loads candle's kernels, sets up cuBLAS, and fills candle's caches of the small host
+//!    copies (shapes, strides) its kernels take, which a capture could not make.
+//! 4. The capture: the forward pass writes its result into a tensor made before the capture
+//!    (`slice_set`), so every tensor allocated inside the capture is freed inside it too
+//!    (a memory allocation node and its free node); the inputs, weights and output are handed
+//!    to the graph with `hold`.
+//!
+//! cudarc's event tracking (on for a device with its own stream) makes every candle op wait on
+//! events recorded by earlier ops, which a capture cannot take from before it began; candle's
+//! `disable_event_tracking` turns it off for tensors made afterwards. `--event-tracking` keeps
+//! it on, to show what the capture then says.
+
+use std::error::Error;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use candle_core::{DType, Device as CandleDevice, Tensor, D};
+use cuda_graph::prelude::*;
+
+const BATCH: usize = 8;
+const D_IN: usize = 256;
+const D_HIDDEN: usize = 1024;
+const D_OUT: usize = 128;
+const REPLAYS: usize = 16;
+const TIMED: usize = 200;
+
+/// The forward pass: softmax(relu(x · w1) · w2) over the last dimension.
+fn forward(x: &Tensor, w1: &Tensor, w2: &Tensor) -> candle_core::Result<Tensor> {
+    let h = x.matmul(w1)?.relu()?;
+    let y = h.matmul(w2)?;
+    let m = y.max_keepdim(D::Minus1)?;
+    let e = y.broadcast_sub(&m)?.exp()?;
+    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+}
+
+/// Deterministic inputs in [-1, 1) for replay `seed`.
+fn inputs(len: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(12_345);
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (x >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn run() -> Result<(), Box<dyn Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let per_thread = args.iter().any(|a| a == "--per-thread");
+    let event_tracking = args.iter().any(|a| a == "--event-tracking");
+
+    // This crate first: without a driver it returns an error where candle and cudarc would panic.
+    cuda_graph::driver_version()?;
+    let dev = if per_thread {
+        CandleDevice::new_cuda(0)?
+    } else {
+        CandleDevice::new_cuda_with_stream(0)?
+    };
+    let cuda = dev.as_cuda_device()?;
+    if !event_tracking {
+        // SAFETY: every tensor below lives on this one stream (candle's), so no tensor needs
+        // events to order its use on another stream.
+        unsafe { cuda.disable_event_tracking() };
+    }
+    let cu_stream = cuda.cuda_stream();
+    let device = Device::from_cudarc(cu_stream.context())?;
+    // SAFETY: no capture is begun on candle's stream except through this crate, and what candle
+    // records into this crate's capture uses only tensors handed to the graph with `hold` (the
+    // inputs, weights and output) or allocated and freed inside the capture.
+    let stream = unsafe { Stream::from_cudarc(&device, &cu_stream)? };
+
+    let x = Tensor::zeros((BATCH, D_IN), DType::F32, &dev)?;
+    let w1 = Tensor::from_vec(inputs(D_IN * D_HIDDEN, 1), (D_IN, D_HIDDEN), &dev)?
+        .affine(0.05, 0.0)?;
+    let w2 = Tensor::from_vec(inputs(D_HIDDEN * D_OUT, 2), (D_HIDDEN, D_OUT), &dev)?
+        .affine(0.05, 0.0)?;
+    let out = Tensor::zeros((BATCH, D_OUT), DType::F32, &dev)?;
+
+    // candle's cache of small host copies serves them while the guard lives (this thread).
+    let _htod_cache = cuda.enable_cuda_graph_htod_cache();
+    out.slice_set(&forward(&x, &w1, &w2)?, 0, 0)?;
+    dev.synchronize()?;
+
+    let builder = stream.create_graph_builder().begin_building(ThreadLocal)?;
+    // Every tensor made in here is dropped in here: allocated and freed inside the graph.
+    let recorded = forward(&x, &w1, &w2).and_then(|y| out.slice_set(&y, 0, 0));
+    if let Err(e) = recorded {
+        // The builder ends the capture when dropped; the stream stays usable.
+        drop(builder);
+        return Err(format!("a candle op could not be captured: {e}").into());
+    }
+    builder.hold((x.clone(), w1.clone(), w2.clone(), out.clone()))?;
+    let ended = builder.end_building()?;
+    let nodes = ended.graph_definition()?.nodes()?.len();
+    let graph = ended.instantiate()?;
+    drop(ended);
+
+    let mut worst = 0f32;
+    for replay in 0..REPLAYS {
+        let host = inputs(BATCH * D_IN, 100 + replay as u32);
+        x.slice_set(&Tensor::from_vec(host, (BATCH, D_IN), &dev)?, 0, 0)?;
+        graph.launch(&stream)?;
+        stream.synchronize()?;
+        let got = out.flatten_all()?.to_vec1::<f32>()?;
+        let want = forward(&x, &w1, &w2)?.flatten_all()?.to_vec1::<f32>()?;
+        for (g, w) in got.iter().zip(&want) {
+            worst = worst.max((g - w).abs());
+        }
+    }
+    println!(
+        "candle forward captured: {nodes} nodes; {REPLAYS} replays with new inputs, max |graph - eager| = {worst:e}"
+    );
+    if worst != 0.0 {
+        return Err(format!("the graph's result differs from candle's eager result by {worst:e}").into());
+    }
+
+    // Host and wall time per forward pass: candle eager beside the graph, interleaved.
+    let (mut eager, mut replay) = (Vec::new(), Vec::new());
+    for _ in 0..TIMED {
+        let t = Instant::now();
+        let y = forward(&x, &w1, &w2)?;
+        out.slice_set(&y, 0, 0)?;
+        drop(y);
+        dev.synchronize()?;
+        eager.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        graph.launch(&stream)?;
+        stream.synchronize()?;
+        replay.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (e, r) = (median(eager), median(replay));
+    println!(
+        "per forward pass (median of {TIMED}, launch to synchronized): candle eager {e:.1} us, graph replay {r:.1} us, eager/graph {:.2}",
+        e / r
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("candle-capture: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
