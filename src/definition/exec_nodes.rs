@@ -312,7 +312,7 @@ impl Graph {
         if kind == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET as u32 {
             // Launches of an exec whose memset node was disabled and enabled again between
             // them fail with CUDA_ERROR_LAUNCH_FAILED, which ends the context: seen with raw
-            // driver calls, on one thread, on driver 13.0 (`safety::a_memset_node_is_never_toggled`).
+            // driver calls on driver 13.0 (`safety::a_memset_node_is_never_toggled`).
             return Err(Error::invalid(
                 Refusal::Unsupported,
                 "a memset node cannot be enabled or disabled in an exec: the driver's launches fail afterwards (CUDA_ERROR_LAUNCH_FAILED, which ends the context). point it at a scratch buffer with set_params instead, or put it in a conditional node's body",

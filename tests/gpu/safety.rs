@@ -2307,8 +2307,8 @@ fn updates_set_the_parameters_of_disabled_nodes_too(gpu: &Gpu) -> TestResult {
 }
 
 /// Launches after a memset node of an exec was disabled and enabled again fail on driver 13.0
-/// with CUDA_ERROR_LAUNCH_FAILED, which ends the context (seen with raw driver calls, launches
-/// and toggles alternating on one thread). `set_enabled` refuses memset nodes, leaving the exec
+/// with CUDA_ERROR_LAUNCH_FAILED, which ends the context (seen with raw driver calls: launches on
+/// one thread, toggles on another, each call under one lock). `set_enabled` refuses memset nodes, leaving the exec
 /// as it was; kernel nodes still toggle, launch after launch.
 fn a_memset_node_is_never_toggled(gpu: &Gpu) -> TestResult {
     // SAFETY: fill(int* p, int n, int v) writes p[0..n).
