@@ -32,6 +32,7 @@ if [ ! -e "$home/lib/libcuda.so" ]; then
   grep -o 'pub unsafe fn cu[A-Za-z0-9_]*' "$sys" | sed 's/pub unsafe fn //' | sort -u |
     sed 's/.*/void &(void) {}/' > "$home/stub-libcuda.c"
   gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$home/lib/libcuda.so" "$home/stub-libcuda.c"
+  ln -sf libcuda.so "$home/lib/libcuda.so.1" # for running on the CPU here (`decode --cpu`)
 fi
 export CUDA_HOME="$home" NVCC="$home/bin/nvcc" PATH="$home/bin:$PATH"
 export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"

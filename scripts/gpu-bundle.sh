@@ -63,6 +63,8 @@ if [ "${CANDLE:-0}" = 1 ]; then
     --target-dir target/candle
   cp target/candle/release/candle-capture "$out/example-candle-capture"
   strip "$out/example-candle-capture" 2>/dev/null || true
+  # The trained checkpoint its decode mode reads (../shared/data, beside the checkout).
+  [ -f ../shared/data/stories260K.bin ] && cp ../shared/data/stories260K.bin "$out/"
 fi
 
 cat > "$out/run-all.sh" <<'RUN'
@@ -103,6 +105,11 @@ for e in "$here"/example-*; do
     run "$e"
   fi
 done
+# The candle example's decode mode: the reference, candle eager and the captured step agree.
+if [ -x "$here/example-candle-capture" ] && [ -f "$here/stories260K.bin" ]; then
+  run "$here/example-candle-capture" decode --checkpoint "$here/stories260K.bin" --steps 256
+  run "$here/example-candle-capture" decode --random 15m --steps 128
+fi
 if [ "${BENCH:-0}" = 1 ]; then
   for b in "$here"/bench-*; do
     [ -x "$b" ] && run "$b" --bench

@@ -36,6 +36,10 @@ use std::time::Instant;
 use candle_core::{DType, Device as CandleDevice, Tensor, D};
 use cuda_graph::prelude::*;
 
+mod checkpoint;
+mod llama;
+mod reference;
+
 const BATCH: usize = 8;
 const D_IN: usize = 256;
 const D_HIDDEN: usize = 1024;
@@ -70,6 +74,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("decode") {
+        return decode(&args[1..]);
+    }
     let per_thread = args.iter().any(|a| a == "--per-thread");
     let event_tracking = args.iter().any(|a| a == "--event-tracking");
 
@@ -94,8 +101,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     let stream = unsafe { Stream::from_cudarc(&device, &cu_stream)? };
 
     let x = Tensor::zeros((BATCH, D_IN), DType::F32, &dev)?;
-    let w1 = Tensor::from_vec(inputs(D_IN * D_HIDDEN, 1), (D_IN, D_HIDDEN), &dev)?
-        .affine(0.05, 0.0)?;
+    let w1 =
+        Tensor::from_vec(inputs(D_IN * D_HIDDEN, 1), (D_IN, D_HIDDEN), &dev)?.affine(0.05, 0.0)?;
     let w2 = Tensor::from_vec(inputs(D_HIDDEN * D_OUT, 2), (D_HIDDEN, D_OUT), &dev)?
         .affine(0.05, 0.0)?;
     let out = Tensor::zeros((BATCH, D_OUT), DType::F32, &dev)?;
@@ -135,7 +142,9 @@ fn run() -> Result<(), Box<dyn Error>> {
         "candle forward captured: {nodes} nodes; {REPLAYS} replays with new inputs, max |graph - eager| = {worst:e}"
     );
     if worst != 0.0 {
-        return Err(format!("the graph's result differs from candle's eager result by {worst:e}").into());
+        return Err(
+            format!("the graph's result differs from candle's eager result by {worst:e}").into(),
+        );
     }
 
     // Host and wall time per forward pass: candle eager beside the graph, interleaved.
@@ -156,6 +165,135 @@ fn run() -> Result<(), Box<dyn Error>> {
     println!(
         "per forward pass (median of {TIMED}, launch to synchronized): candle eager {e:.1} us, graph replay {r:.1} us, eager/graph {:.2}",
         e / r
+    );
+    Ok(())
+}
+
+/// The value after `flag` in `args`.
+fn value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// Greedy decoding from BOS: the plain-Rust reference, candle eager, and (on a GPU) one captured
+/// step replayed per token; every mode's token ids must be the same.
+///
+/// `decode [--checkpoint FILE | --random 15m|110m] [--steps N] [--cpu]`
+fn decode(args: &[String]) -> Result<(), Box<dyn Error>> {
+    let steps: usize = value(args, "--steps").unwrap_or("256").parse()?;
+    let weights = match value(args, "--random") {
+        Some(shape) => {
+            let (dim, hidden, layers, heads, vocab) = match shape {
+                "15m" => (288, 768, 6, 6, 32_000),
+                "110m" => (768, 2048, 12, 12, 32_000),
+                other => return Err(format!("--random takes 15m or 110m, not {other}").into()),
+            };
+            let config = checkpoint::Config {
+                dim,
+                hidden_dim: hidden,
+                n_layers: layers,
+                n_heads: heads,
+                n_kv_heads: heads,
+                vocab_size: vocab,
+                seq_len: steps.max(1),
+                shared_classifier: true,
+            };
+            checkpoint::Weights::random(config, 7)
+        }
+        None => {
+            let path = value(args, "--checkpoint").unwrap_or("../shared/data/stories260K.bin");
+            let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+            checkpoint::Weights::parse(&bytes).map_err(|e| format!("{path}: {e}"))?
+        }
+    };
+    let steps = steps.min(weights.config.seq_len);
+    println!("model: {:?}; {steps} tokens from BOS", weights.config);
+
+    let t = Instant::now();
+    let (want, gaps) = reference::generate(&weights, steps);
+    let mut sorted = gaps.clone();
+    sorted.sort_by(f32::total_cmp);
+    println!(
+        "reference (plain Rust, CPU): {:.1} ms; first tokens {:?}; top-two logit gap: smallest {:e}, median {:e}",
+        t.elapsed().as_secs_f64() * 1e3,
+        &want[..want.len().min(16)],
+        sorted.first().copied().unwrap_or(0.0),
+        sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
+    );
+    let check = |mode: &str, got: &[u32]| -> Result<(), Box<dyn Error>> {
+        match got.iter().zip(&want).position(|(a, b)| a != b) {
+            None => {
+                println!("{mode}: {} tokens identical to the reference", got.len());
+                Ok(())
+            }
+            Some(i) => Err(format!(
+                "{mode}: token {i} is {} where the reference has {} (the reference's top-two logit gap there: {:e})",
+                got[i], want[i], gaps[i]
+            )
+            .into()),
+        }
+    };
+
+    let cpu = args.iter().any(|a| a == "--cpu");
+    let dev = if cpu {
+        CandleDevice::Cpu
+    } else {
+        cuda_graph::driver_version()?;
+        CandleDevice::new_cuda_with_stream(0)?
+    };
+    if let Ok(cuda) = dev.as_cuda_device() {
+        // SAFETY: every tensor lives on this one stream.
+        unsafe { cuda.disable_event_tracking() };
+    }
+    let model = llama::Model::new(&weights, &dev)?;
+    let _htod_cache = dev
+        .as_cuda_device()
+        .ok()
+        .map(|c| c.enable_cuda_graph_htod_cache());
+    model.reset()?;
+    dev.synchronize()?;
+    let t = Instant::now();
+    for _ in 0..steps {
+        model.step()?;
+    }
+    dev.synchronize()?;
+    let eager_s = t.elapsed().as_secs_f64();
+    check("candle eager", &model.tokens(steps)?)?;
+    println!("candle eager: {:.0} tok/s", steps as f64 / eager_s);
+    let Ok(cuda) = dev.as_cuda_device() else {
+        return Ok(());
+    };
+
+    let cu_stream = cuda.cuda_stream();
+    let device = Device::from_cudarc(cu_stream.context())?;
+    // SAFETY: what candle records into the capture uses the model's tensors (held by the graph)
+    // or tensors allocated and freed inside the capture.
+    let stream = unsafe { Stream::from_cudarc(&device, &cu_stream)? };
+    model.reset()?;
+    dev.synchronize()?;
+    let builder = stream.create_graph_builder().begin_building(ThreadLocal)?;
+    if let Err(e) = model.step() {
+        drop(builder);
+        return Err(format!("a candle op of the decode step could not be captured: {e}").into());
+    }
+    builder.hold(model.tensors())?;
+    let ended = builder.end_building()?;
+    let nodes = ended.graph_definition()?.nodes()?.len();
+    let graph = ended.instantiate()?;
+    drop(ended);
+    let t = Instant::now();
+    for _ in 0..steps {
+        graph.launch(&stream)?;
+    }
+    stream.synchronize()?;
+    let graph_s = t.elapsed().as_secs_f64();
+    check("captured step", &model.tokens(steps)?)?;
+    println!(
+        "captured step ({nodes} nodes): {:.0} tok/s, {:.2}x candle eager",
+        steps as f64 / graph_s,
+        eager_s / graph_s
     );
     Ok(())
 }
