@@ -656,9 +656,9 @@ pub enum Error {
     #[error("the node is a {found:?} node, not a {expected:?} node")]
     WrongNodeType {
         /// The kind asked for.
-        expected: crate::NodeType,
+        expected: crate::node_type::NodeType,
         /// The kind the driver reports.
-        found: crate::NodeType,
+        found: crate::node_type::NodeType,
     },
 
     /// A node passed to an executable [`Graph`](crate::Graph) is not one of the nodes it was

@@ -74,6 +74,7 @@ mod graph;
 pub mod interop;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+mod node_type;
 mod runtime;
 mod version;
 
