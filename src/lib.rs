@@ -61,6 +61,8 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs, missing_debug_implementations)]
+// docs.rs (nightly rustdoc, `--cfg docsrs`): each item a feature adds carries that feature's badge.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod builder;
