@@ -15,7 +15,7 @@ use std::cell::Cell;
 use std::sync::PoisonError;
 
 // `std`'s types, or loom's under `--cfg cuda_graph_loom`.
-use super::sync::{thread_local_const, AtomicUsize, Mutex, MutexGuard, Ordering, RwLock};
+use super::sync::{lock_model as lock, thread_local_const, AtomicUsize, Mutex, Ordering, RwLock};
 
 /// Work for the release thread.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
@@ -67,10 +67,6 @@ pub(crate) struct Handoff<R> {
     /// Held while destroys run: one at a time, in the order asked (see [`Self::run_in_order`]).
     order: Mutex<()>,
     thread: R,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Runs `f`, containing a panic: the panic's payload is leaked, not dropped, since its own `Drop`

@@ -20,6 +20,8 @@
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::sync::lock;
+
 use cudarc::driver::sys;
 
 use super::context::PrimaryContext;
@@ -49,10 +51,6 @@ impl super::handoff::ReleaseThread for Thread {
     fn send(&self, msg: Msg) -> bool {
         send(msg)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn sender() -> Option<&'static Mutex<Sender<Msg>>> {

@@ -17,8 +17,25 @@ pub(crate) use std::sync::atomic::Ordering;
 #[cfg(not(cuda_graph_loom))]
 pub(crate) use std::sync::{
     atomic::{AtomicBool, AtomicU32, AtomicUsize},
-    Condvar, Mutex, MutexGuard, RwLock,
+    Condvar, Mutex, RwLock,
 };
+
+/// Locks `m`, taking its value as it is where a panic poisoned it: the crate's state behind its
+/// mutexes is consistent at every point a user's code (a callback, a `Drop`) can panic, so a
+/// poisoned lock is never a reason to fail or panic. The one lock helper of the crate's `std`
+/// mutexes.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`lock`] for this module's `Mutex` (loom's under `--cfg cuda_graph_loom`, else `std`'s, where
+/// it is `lock` itself).
+#[cfg(cuda_graph_loom)]
+pub(crate) fn lock_model<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+#[cfg(not(cuda_graph_loom))]
+pub(crate) use lock as lock_model;
 
 /// `std::thread_local!` with `const` initialisers, or loom's (fresh in every execution of a
 /// model) under `--cfg cuda_graph_loom`.

@@ -4,6 +4,8 @@ use std::ffi::CString;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+pub(crate) use crate::driver::sync::lock;
+
 use cudarc::driver::sys;
 
 use crate::core::source::FinishedGraph;
@@ -650,10 +652,6 @@ fn release_when_idle(stream: Stream, job: crate::driver::release::Job) {
         // Never run early: what the job releases may still be in use.
         std::mem::forget(lock(&slot).take());
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Refuses a stream of another device than the exec's (`device`), for an exec to be `what`.

@@ -1,7 +1,9 @@
 //! Page-locked host memory and the asynchronous copies between it and device buffers.
 
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::driver::sync::lock;
 
 use super::{Device, DeviceCopy};
 use crate::driver;
@@ -65,10 +67,6 @@ impl<T: DeviceCopy> std::fmt::Debug for PinnedBuffer<T> {
             .field("elem", &std::any::type_name::<T>())
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The size in bytes of `len` elements of `T`: zero and overflowing sizes are errors.

@@ -1,5 +1,7 @@
 use std::any::Any;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use crate::driver::sync::lock;
 
 use cudarc::driver::sys;
 
@@ -11,10 +13,6 @@ use crate::driver::memory::DeviceAlloc;
 use crate::driver::stream::{CaptureLink, CaptureStatus, StreamHandle};
 use crate::error::{Error, Refusal, Result};
 use crate::Device;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// What a stream operation sees of the capture it is recorded into (see [`Stream::enqueue`]).
 pub(crate) struct Recording<'a> {
