@@ -24,6 +24,7 @@ pub(crate) use std::sync::{
 /// mutexes is consistent at every point a user's code (a callback, a `Drop`) can panic, so a
 /// poisoned lock is never a reason to fail or panic. The one lock helper of the crate's `std`
 /// mutexes.
+#[inline]
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -31,6 +32,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// [`lock`] for this module's `Mutex` (loom's under `--cfg cuda_graph_loom`, else `std`'s, where
 /// it is `lock` itself).
 #[cfg(cuda_graph_loom)]
+#[inline]
 pub(crate) fn lock_model<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
