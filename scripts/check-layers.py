@@ -34,6 +34,18 @@ def folder_of(path):
     return name if name in LAYERS else None
 
 
+def layered_sources():
+    """(path relative to src/, layer folder, text) for every source file in a layer folder."""
+    for dirpath, _, files in os.walk(SRC):
+        for name in sorted(files):
+            if not name.endswith(".rs"):
+                continue
+            path = os.path.relpath(os.path.join(dirpath, name), SRC)
+            folder = folder_of(path)
+            if folder is not None:
+                yield path, folder, open(os.path.join(SRC, path)).read()
+
+
 def root_exports():
     """Names the crate root re-exports, mapped to the folder that defines them."""
     text = open(os.path.join(SRC, "lib.rs")).read()
@@ -50,17 +62,9 @@ def root_exports():
     # A name re-exported through another folder (`builder::HostCallback`, defined in `core/`)
     # belongs to the folder that defines it.
     defined = {}
-    for dirpath, _, files in os.walk(SRC):
-        for name in files:
-            if not name.endswith(".rs"):
-                continue
-            path = os.path.relpath(os.path.join(dirpath, name), SRC)
-            folder = folder_of(path)
-            if folder is None:
-                continue
-            text = open(os.path.join(SRC, path)).read()
-            for m in re.finditer(r"^\s*pub(?:\([^)]*\))? (?:unsafe )?(?:struct|enum|trait|type|fn|const|static|union) (\w+)", text, re.M):
-                defined.setdefault(m.group(1), folder)
+    for _, folder, text in layered_sources():
+        for m in re.finditer(r"^\s*pub(?:\([^)]*\))? (?:unsafe )?(?:struct|enum|trait|type|fn|const|static|union) (\w+)", text, re.M):
+            defined.setdefault(m.group(1), folder)
     return {n: defined.get(n, f) for n, f in names.items() if defined.get(n, f) in LAYERS}
 
 
@@ -101,27 +105,19 @@ def main():
             exceptions[(f, target)] = False
     edges = {}
     breaches = []
-    for dirpath, _, files in os.walk(SRC):
-        for name in sorted(files):
-            if not name.endswith(".rs"):
+    for path, own, text in layered_sources():
+        seen = set()
+        for target, site in references(text, exports):
+            if target == own:
                 continue
-            path = os.path.relpath(os.path.join(dirpath, name), SRC)
-            own = folder_of(path)
-            if own is None:
-                continue
-            text = open(os.path.join(SRC, path)).read()
-            seen = set()
-            for target, site in references(text, exports):
-                if target == own:
-                    continue
-                edges[(own, target)] = edges.get((own, target), 0) + 1
-                if LAYERS[target] > LAYERS[own] and (path, target) not in seen:
-                    seen.add((path, target))
-                    key = ("src/" + path.replace(os.sep, "/"), target)
-                    if key in exceptions:
-                        exceptions[key] = True
-                    else:
-                        breaches.append(f"src/{path}: names {site} ({target}/ is above {own}/)")
+            edges[(own, target)] = edges.get((own, target), 0) + 1
+            if LAYERS[target] > LAYERS[own] and (path, target) not in seen:
+                seen.add((path, target))
+                key = ("src/" + path.replace(os.sep, "/"), target)
+                if key in exceptions:
+                    exceptions[key] = True
+                else:
+                    breaches.append(f"src/{path}: names {site} ({target}/ is above {own}/)")
     stale = [f"{f} -> {t}" for (f, t), used in exceptions.items() if not used]
     if "--graph" in sys.argv:
         print("folder imports (from -> to: sites):")

@@ -38,23 +38,14 @@ pub use crate::version::DriverVersion;
 // missing or contradictory choice with one message) must be the version of cudarc's bindings,
 // which another crate may have chosen.
 const _: () = assert!(
-    sys::CUDA_VERSION == parse_version(env!("CUDA_GRAPH_BINDINGS_VERSION")),
+    match u32::from_str_radix(env!("CUDA_GRAPH_BINDINGS_VERSION"), 10) {
+        Ok(v) => sys::CUDA_VERSION == v,
+        Err(_) => false,
+    },
     "cuda-graph and cudarc were built with the bindings of different CUDA versions: enable the same \
      cuda-* feature for both, or cuda-graph's cuda-version-from-build-system where another crate \
      turns on cudarc's"
 );
-
-/// `"12080"` as `12080`, at compile time.
-const fn parse_version(s: &str) -> u32 {
-    let b = s.as_bytes();
-    let mut v = 0;
-    let mut i = 0;
-    while i < b.len() {
-        v = v * 10 + (b[i] - b'0') as u32;
-        i += 1;
-    }
-    v
-}
 
 static DRIVER: OnceLock<Result<DriverVersion>> = OnceLock::new();
 
