@@ -13,7 +13,7 @@
 #   SOAK_CYCLES=100000 gpu-bundle/example-soak   # the full leak soak; run-all.sh runs it with
 #                                                # its default of 2000 cycles per loop
 #   CANDLE=1 scripts/gpu-bundle.sh   # also examples/candle (candle-core with `cuda`: nvcc, minutes),
-#                                    # and no benches (the 64 MiB the device tool carries)
+#                                    # gzipped to stay under the 64 MiB the device tool carries
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -41,8 +41,7 @@ for line in sys.stdin:
   [ "$kind $name" = "test ui" ] && continue  # trybuild needs cargo; CI runs it
   case "$kind" in
     test) dest="$out/test-$name" ;;
-    # With the candle example the bundle would pass the device tool's 64 MiB carry: no benches.
-    bench) [ "${CANDLE:-0}" = 1 ] && continue; dest="$out/bench-$name" ;;
+    bench) dest="$out/bench-$name" ;;
     example) dest="$out/example-$name" ;;
     lib) dest="$out/unit-$name" ;;
     *) dest="$out/$kind-$name" ;;
@@ -65,6 +64,11 @@ if [ "${CANDLE:-0}" = 1 ]; then
     --target-dir target/candle
   cp target/candle/release/candle-capture "$out/example-candle-capture"
   strip "$out/example-candle-capture" 2>/dev/null || true
+  # Compressed (about a quarter of its size) so that the benches fit beside it; run-all.sh
+  # unpacks it.
+  gzip -9 "$out/example-candle-capture"
+  # The PyTorch peer of its decode mode, run beside it when the machine has PyTorch.
+  cp benches/peers/torch_llama2c.py "$out/"
   # The trained checkpoint its decode mode reads (../shared/data, beside the checkout).
   [ -f ../shared/data/stories260K.bin ] && cp ../shared/data/stories260K.bin "$out/"
 fi
@@ -96,7 +100,10 @@ for t in "$here"/unit-* "$here"/test-*; do
     run "$t"
   fi
 done
+# The candle example travels compressed.
+[ -f "$here/example-candle-capture.gz" ] && gunzip -kf "$here/example-candle-capture.gz"
 for e in "$here"/example-*; do
+  case "$e" in *.gz) continue ;; esac
   [ -x "$e" ] || continue
   if [ "${SANITIZE:-0}" = 1 ] && [ "$(basename "$e")" = example-soak ]; then
     # The soak under memcheck: a short run (the sanitizer is slow; growth figures mean nothing
@@ -109,8 +116,17 @@ for e in "$here"/example-*; do
 done
 # The candle example's decode mode: the reference, candle eager and the captured step agree.
 if [ -x "$here/example-candle-capture" ] && [ -f "$here/stories260K.bin" ]; then
-  run "$here/example-candle-capture" decode --checkpoint "$here/stories260K.bin" --steps 256
-  run "$here/example-candle-capture" decode --random 15m --steps 128
+  peers="$(mktemp -d)"
+  run "$here/example-candle-capture" decode --checkpoint "$here/stories260K.bin" --steps 256 \
+    --save-tokens "$peers/stories260K.tokens"
+  run "$here/example-candle-capture" decode --random 15m --steps 256 \
+    --save-checkpoint "$peers/15m.bin" --save-tokens "$peers/15m.tokens"
+  # The same checkpoints in PyTorch (eager, CUDA graph, torch.compile), tokens compared.
+  if python3 -c 'import torch' 2>/dev/null; then
+    run python3 "$here/torch_llama2c.py" "$here/stories260K.bin" --steps 256 --expect "$peers/stories260K.tokens"
+    run python3 "$here/torch_llama2c.py" "$peers/15m.bin" --steps 256 --expect "$peers/15m.tokens"
+  fi
+  rm -rf "$peers"
 fi
 if [ "${BENCH:-0}" = 1 ]; then
   for b in "$here"/bench-*; do

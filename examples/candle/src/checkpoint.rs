@@ -254,6 +254,51 @@ impl Weights {
         })
     }
 
+    /// The weights as a llama2.c `.bin` file (what [`parse`](Self::parse) reads), so that
+    /// another program (the PyTorch peer) can load the same random weights.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let c = self.config;
+        let vocab = if c.shared_classifier {
+            c.vocab_size as i32
+        } else {
+            -(c.vocab_size as i32)
+        };
+        let header = [
+            c.dim as i32,
+            c.hidden_dim as i32,
+            c.n_layers as i32,
+            c.n_heads as i32,
+            c.n_kv_heads as i32,
+            vocab,
+            c.seq_len as i32,
+        ];
+        let mut out: Vec<u8> = header.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut put = |v: &[f32]| out.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+        put(&self.token_embedding);
+        for group in [
+            &self.rms_att,
+            &self.wq,
+            &self.wk,
+            &self.wv,
+            &self.wo,
+            &self.rms_ffn,
+            &self.w1,
+            &self.w2,
+            &self.w3,
+        ] {
+            for layer in group {
+                put(layer);
+            }
+        }
+        put(&self.rms_final);
+        put(&self.freq_cis_real);
+        put(&self.freq_cis_imag);
+        if !c.shared_classifier {
+            put(&self.classifier);
+        }
+        out
+    }
+
     /// Seeded random weights of `config`'s shape (for shapes without a trained checkpoint).
     pub fn random(config: Config, seed: u64) -> Weights {
         let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
@@ -325,6 +370,29 @@ mod tests {
 
     fn header(v: [i32; 7]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn written_weights_read_back_the_same() {
+        let c = Config {
+            dim: 16,
+            hidden_dim: 24,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            vocab_size: 32,
+            seq_len: 8,
+            shared_classifier: true,
+        };
+        let w = Weights::random(c, 3);
+        let bytes = w.to_bytes();
+        let back = Weights::parse(&bytes).unwrap();
+        assert_eq!(back.config, w.config);
+        assert_eq!(back.wk, w.wk);
+        assert_eq!(back.w2, w.w2);
+        assert_eq!(back.freq_cis_imag, w.freq_cis_imag);
+        assert_eq!(back.classifier, w.classifier);
+        assert_eq!(back.to_bytes(), bytes);
     }
 
     #[test]

@@ -163,9 +163,21 @@ impl Model {
     /// One decode step (see the module documentation). Every tensor it makes is dropped before
     /// it returns.
     pub fn step(&self) -> Result<()> {
+        self.step_over(None)
+    }
+
+    /// One decode step that attends over the first `rows` cache rows only (`rows` = position + 1,
+    /// known on the host), with no mask: the shapes of its attention change with every step, as
+    /// an eager decoder's growing KV cache does.
+    pub fn step_growing(&self, rows: usize) -> Result<()> {
+        self.step_over(Some(rows.clamp(1, self.cfg.seq_len)))
+    }
+
+    fn step_over(&self, rows: Option<usize>) -> Result<()> {
         let c = self.cfg;
         let (hs, kv) = (c.head_size(), c.kv_dim());
         let group = c.n_heads / c.n_kv_heads;
+        let len = rows.unwrap_or(c.seq_len);
         let mut x = self.embedding.index_select(&self.token, 0)?; // 1 × dim
         let cos = self.cos.index_select(&self.pos, 0)?; // 1 × hs/2
         let sin = self.sin.index_select(&self.pos, 0)?;
@@ -174,16 +186,20 @@ impl Model {
             .reshape((1, 1))?
             .broadcast_as((1, kv))?
             .contiguous()?;
-        let scores_shape = (c.n_kv_heads, group, c.seq_len);
-        let masked = self
-            .positions
-            .broadcast_gt(&self.pos)?
-            .reshape((1, 1, c.seq_len))?
-            .broadcast_as(scores_shape)?;
-        let neg_inf = self
-            .neg_inf
-            .reshape((1, 1, 1))?
-            .broadcast_as(scores_shape)?;
+        let scores_shape = (c.n_kv_heads, group, len);
+        // The static step masks the rows past the position; the growing one has none.
+        let mask = match rows {
+            Some(_) => None,
+            None => Some((
+                self.positions
+                    .broadcast_gt(&self.pos)?
+                    .reshape((1, 1, len))?
+                    .broadcast_as(scores_shape)?,
+                self.neg_inf
+                    .reshape((1, 1, 1))?
+                    .broadcast_as(scores_shape)?,
+            )),
+        };
         for l in &self.layers {
             let xb = rmsnorm(&x, &l.rms_att)?;
             let q = rope(&xb.matmul(&l.wq)?, c.n_heads, hs, &cos, &sin)?;
@@ -191,20 +207,25 @@ impl Model {
             let v = xb.matmul(&l.wv)?;
             l.k_cache.scatter_set(&row, &k, 0)?;
             l.v_cache.scatter_set(&row, &v, 0)?;
-            // seq_len × kv → n_kv × seq_len × hs
+            // len × kv → n_kv × len × hs
             let keys = l
                 .k_cache
-                .reshape((c.seq_len, c.n_kv_heads, hs))?
+                .narrow(0, 0, len)?
+                .reshape((len, c.n_kv_heads, hs))?
                 .transpose(0, 1)?
                 .contiguous()?;
             let values = l
                 .v_cache
-                .reshape((c.seq_len, c.n_kv_heads, hs))?
+                .narrow(0, 0, len)?
+                .reshape((len, c.n_kv_heads, hs))?
                 .transpose(0, 1)?
                 .contiguous()?;
             let q = q.reshape((c.n_kv_heads, group, hs))?;
             let scores = (q.matmul(&keys.transpose(1, 2)?.contiguous()?)? / (hs as f64).sqrt())?;
-            let scores = masked.where_cond(&neg_inf, &scores)?;
+            let scores = match &mask {
+                Some((masked, neg_inf)) => masked.where_cond(neg_inf, &scores)?,
+                None => scores,
+            };
             let att = softmax(&scores)?.matmul(&values)?; // n_kv × group × hs
             x = (x + att.reshape((1, c.dim))?.matmul(&l.wo)?)?;
             let xb = rmsnorm(&x, &l.rms_ffn)?;

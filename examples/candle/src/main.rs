@@ -35,6 +35,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device as CandleDevice, Tensor, D};
 use cuda_graph::prelude::*;
+use cuda_graph::{EventOptions, NodeType};
 
 mod checkpoint;
 mod llama;
@@ -180,7 +181,9 @@ fn value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
 /// Greedy decoding from BOS: the plain-Rust reference, candle eager, and (on a GPU) one captured
 /// step replayed per token; every mode's token ids must be the same.
 ///
-/// `decode [--checkpoint FILE | --random 15m|110m] [--steps N] [--cpu]`
+/// `decode [--checkpoint FILE | --random 15m|110m] [--steps N] [--cpu] [--save-checkpoint FILE]
+/// [--save-tokens FILE]`: the last two write the weights (llama2.c format) and the reference's
+/// token ids (one a line), for the PyTorch peer (`benches/peers/torch_llama2c.py`).
 fn decode(args: &[String]) -> Result<(), Box<dyn Error>> {
     let steps: usize = value(args, "--steps").unwrap_or("256").parse()?;
     let weights = match value(args, "--random") {
@@ -208,6 +211,9 @@ fn decode(args: &[String]) -> Result<(), Box<dyn Error>> {
             checkpoint::Weights::parse(&bytes).map_err(|e| format!("{path}: {e}"))?
         }
     };
+    if let Some(path) = value(args, "--save-checkpoint") {
+        std::fs::write(path, weights.to_bytes()).map_err(|e| format!("{path}: {e}"))?;
+    }
     let steps = steps.min(weights.config.seq_len);
     println!("model: {:?}; {steps} tokens from BOS", weights.config);
 
@@ -222,6 +228,10 @@ fn decode(args: &[String]) -> Result<(), Box<dyn Error>> {
         sorted.first().copied().unwrap_or(0.0),
         sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
     );
+    if let Some(path) = value(args, "--save-tokens") {
+        let text: String = want.iter().map(|t| format!("{t}\n")).collect();
+        std::fs::write(path, text).map_err(|e| format!("{path}: {e}"))?;
+    }
     let check = |mode: &str, got: &[u32]| -> Result<(), Box<dyn Error>> {
         match got.iter().zip(&want).position(|(a, b)| a != b) {
             None => {
@@ -252,50 +262,231 @@ fn decode(args: &[String]) -> Result<(), Box<dyn Error>> {
         .as_cuda_device()
         .ok()
         .map(|c| c.enable_cuda_graph_htod_cache());
-    model.reset()?;
-    dev.synchronize()?;
-    let t = Instant::now();
-    for _ in 0..steps {
-        model.step()?;
-    }
-    dev.synchronize()?;
-    let eager_s = t.elapsed().as_secs_f64();
-    check("candle eager", &model.tokens(steps)?)?;
-    println!("candle eager: {:.0} tok/s", steps as f64 / eager_s);
     let Ok(cuda) = dev.as_cuda_device() else {
+        model.reset()?;
+        let t = Instant::now();
+        for _ in 0..steps {
+            model.step()?;
+        }
+        let s = t.elapsed().as_secs_f64();
+        check("candle eager (CPU)", &model.tokens(steps)?)?;
+        println!("candle eager (CPU): {:.0} tok/s", steps as f64 / s);
+        // The step the growing-cache mode captures, eagerly: same tokens.
+        model.reset()?;
+        for p in 0..steps {
+            model.step_growing(p + 1)?;
+        }
+        check("candle eager, growing cache (CPU)", &model.tokens(steps)?)?;
         return Ok(());
     };
-
     let cu_stream = cuda.cuda_stream();
     let device = Device::from_cudarc(cu_stream.context())?;
-    // SAFETY: what candle records into the capture uses the model's tensors (held by the graph)
-    // or tensors allocated and freed inside the capture.
+    // SAFETY: no capture is begun on candle's stream except through this crate, and what candle
+    // records into this crate's captures uses the model's tensors (held by each graph) or
+    // tensors allocated and freed inside the capture.
     let stream = unsafe { Stream::from_cudarc(&device, &cu_stream)? };
-    model.reset()?;
-    dev.synchronize()?;
-    let builder = stream.create_graph_builder().begin_building(ThreadLocal)?;
-    if let Err(e) = model.step() {
-        drop(builder);
-        return Err(format!("a candle op of the decode step could not be captured: {e}").into());
+    let timer = Timer::new(&device)?;
+    let mut rows = Vec::new();
+
+    // Candle eager, once untimed (kernels load, cuBLAS sets up, the htod cache fills), then timed.
+    for timed in [false, true] {
+        model.reset()?;
+        stream.synchronize()?;
+        let mut host = 0.0;
+        timer.start(&stream)?;
+        for _ in 0..steps {
+            let t = Instant::now();
+            model.step()?;
+            host += t.elapsed().as_secs_f64();
+        }
+        let row = timer.stop(&stream, "candle eager", steps, host)?;
+        if timed {
+            check("candle eager", &model.tokens(steps)?)?;
+            rows.push(row);
+        }
     }
-    builder.hold(model.tensors())?;
-    let ended = builder.end_building()?;
-    let nodes = ended.graph_definition()?.nodes()?.len();
-    let graph = ended.instantiate()?;
-    drop(ended);
-    let t = Instant::now();
-    for _ in 0..steps {
+
+    // Every step captured anew, with a KV cache as long as the position (shapes change every
+    // step), through a GraphCache: the exec is updated when the driver takes the new graph,
+    // instantiated again when it refuses.
+    let capture_step = |rows: Option<usize>| -> Result<GraphBuilder<Primary, Ended>, Box<dyn Error>> {
+        let builder = stream.create_graph_builder().begin_building(ThreadLocal)?;
+        let recorded = match rows {
+            Some(r) => model.step_growing(r),
+            None => model.step(),
+        };
+        if let Err(e) = recorded {
+            drop(builder);
+            return Err(format!(
+                "a candle op of the decode step could not be captured ({e}); run it once eagerly first, inside enable_cuda_graph_htod_cache"
+            )
+            .into());
+        }
+        builder.hold(model.tensors())?;
+        Ok(builder.end_building()?)
+    };
+    {
+        model.reset()?;
+        stream.synchronize()?;
+        let mut cache = GraphCache::new(InstantiateOptions::new());
+        let (mut host, mut updates_s, mut inst_s) = (0.0, 0.0, 0.0);
+        let mut refusals = std::collections::BTreeMap::<String, u64>::new();
+        timer.start(&stream)?;
+        for p in 0..steps {
+            let t = Instant::now();
+            let ended = capture_step(Some(p + 1))?;
+            let r = Instant::now();
+            let outcome = cache.refresh(&ended)?;
+            let took = r.elapsed().as_secs_f64();
+            match outcome {
+                CacheOutcome::Updated => updates_s += took,
+                CacheOutcome::Instantiated { refused } => {
+                    inst_s += took;
+                    if let Some(why) = refused {
+                        *refusals.entry(format!("{why:?}")).or_default() += 1;
+                    }
+                }
+            }
+            cache.launch(&stream)?;
+            host += t.elapsed().as_secs_f64();
+        }
+        let mut row = timer.stop(&stream, "captured per step, growing cache (GraphCache)", steps, host)?;
+        check("captured per step, growing cache", &model.tokens(steps)?)?;
+        let (u, i) = (cache.updates(), cache.instantiations());
+        row.note = format!(
+            "{u} updates ({:.0} us each), {i} instantiations ({:.0} us each); refusals {refusals:?}",
+            1e6 * updates_s / u.max(1) as f64,
+            1e6 * inst_s / i.max(1) as f64
+        );
+        rows.push(row);
+    }
+
+    // The whole generation in one graph: `steps` static steps captured back to back, one launch.
+    {
+        model.reset()?;
+        stream.synchronize()?;
+        let t = Instant::now();
+        let builder = stream.create_graph_builder().begin_building(ThreadLocal)?;
+        for _ in 0..steps {
+            if let Err(e) = model.step() {
+                drop(builder);
+                return Err(format!("a candle op could not be captured: {e}").into());
+            }
+        }
+        builder.hold(model.tensors())?;
+        let graph = builder.end_building()?.instantiate()?;
+        let prepare = t.elapsed().as_secs_f64();
+        timer.start(&stream)?;
+        let t = Instant::now();
         graph.launch(&stream)?;
+        let host = t.elapsed().as_secs_f64();
+        let mut row = timer.stop(&stream, "whole generation, one graph", steps, host)?;
+        check("whole generation, one graph", &model.tokens(steps)?)?;
+        row.note = format!("captured and instantiated in {:.0} ms", prepare * 1e3);
+        rows.push(row);
     }
-    stream.synchronize()?;
-    let graph_s = t.elapsed().as_secs_f64();
-    check("captured step", &model.tokens(steps)?)?;
-    println!(
-        "captured step ({nodes} nodes): {:.0} tok/s, {:.2}x candle eager",
-        steps as f64 / graph_s,
-        eager_s / graph_s
-    );
+
+    // One static step captured once and launched per token. The model and the candle device are
+    // dropped before the launches: the graph holds every tensor it uses.
+    let kernels;
+    {
+        model.reset()?;
+        stream.synchronize()?;
+        let ended = capture_step(None)?;
+        let def = ended.graph_definition()?;
+        let nodes = def.nodes()?;
+        kernels = nodes
+            .iter()
+            .filter(|n| matches!(def.node_type(n), Ok(NodeType::Kernel)))
+            .count();
+        let graph = ended.instantiate()?;
+        drop((ended, def));
+        let history = model.history.clone();
+        drop(model);
+        drop(_htod_cache);
+        drop(dev);
+        let mut host = 0.0;
+        timer.start(&stream)?;
+        for _ in 0..steps {
+            let t = Instant::now();
+            graph.launch(&stream)?;
+            host += t.elapsed().as_secs_f64();
+        }
+        let mut row = timer.stop(&stream, "static step, captured once", steps, host)?;
+        let got = history.narrow(0, 0, steps)?.to_vec1::<u32>()?;
+        check("static step, captured once (model and candle device dropped)", &got)?;
+        row.note = format!("{} nodes", nodes.len());
+        rows.push(row);
+    }
+
+    println!("| mode | tok/s | host us/token | GPU us/token | x eager | |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    let eager = rows[0].tok_s;
+    for r in &rows {
+        println!(
+            "| {} | {:.0} | {:.1} | {:.1} | {:.2} | {} |",
+            r.mode,
+            r.tok_s,
+            r.host_us,
+            r.gpu_us,
+            r.tok_s / eager,
+            r.note
+        );
+    }
+    println!("kernels per token: {kernels}");
     Ok(())
+}
+
+/// One mode's figures: tokens per second (first launch to the stream's end), host time spent in
+/// the mode's calls per token, and GPU time per token (events on the stream).
+struct Row {
+    mode: &'static str,
+    tok_s: f64,
+    host_us: f64,
+    gpu_us: f64,
+    note: String,
+}
+
+struct Timer {
+    start: Event,
+    end: Event,
+    wall: std::cell::Cell<Option<Instant>>,
+}
+
+impl Timer {
+    fn new(device: &Device) -> cuda_graph::Result<Timer> {
+        Ok(Timer {
+            start: device.create_event_with(&EventOptions::default().timing(true))?,
+            end: device.create_event_with(&EventOptions::default().timing(true))?,
+            wall: std::cell::Cell::new(None),
+        })
+    }
+
+    fn start(&self, stream: &Stream) -> cuda_graph::Result<()> {
+        self.wall.set(Some(Instant::now()));
+        stream.record(&self.start)
+    }
+
+    fn stop(
+        &self,
+        stream: &Stream,
+        mode: &'static str,
+        steps: usize,
+        host_s: f64,
+    ) -> cuda_graph::Result<Row> {
+        stream.record(&self.end)?;
+        stream.synchronize()?;
+        let wall = self.wall.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let gpu_ms = self.start.elapsed_ms(&self.end)? as f64;
+        let n = steps.max(1) as f64;
+        Ok(Row {
+            mode,
+            tok_s: n / wall,
+            host_us: 1e6 * host_s / n,
+            gpu_us: 1e3 * gpu_ms / n,
+            note: String::new(),
+        })
+    }
 }
 
 fn main() -> ExitCode {
