@@ -68,6 +68,7 @@ impl Rank {
             grid: (n.div_ceil(256) as u32, 1, 1),
             block: (256, 1, 1),
             shared_mem_bytes: 0,
+            ..LaunchConfig::single()
         };
         let (rows, d) = (self.rows as i32, D as i32);
         s.launch(

@@ -448,6 +448,13 @@ pub enum Refusal {
     /// driver reports it): a parameter of another size, or another number of parameters. Declare
     /// the kernel as it is defined.
     Declaration,
+    /// A launch attribute ([`LaunchAttributes`](crate::LaunchAttributes)) or dependent launch the
+    /// device, the kernel or the grid cannot take: clusters before compute capability 9.0, or
+    /// whose dimensions do not divide the grid or hold more than 8 blocks; a priority outside the
+    /// context's range; a cooperative grid larger than the device holds at once; a programmatic
+    /// dependency before compute capability 9.0 or from a node that is not a kernel. Use values
+    /// the message names.
+    Attribute,
     /// Options or a use this build, this object or the driver cannot do: managed graph memory
     /// without CUDA 13 bindings, kernel argument read-back without `cuFuncGetParamInfo`, an event
     /// without timing asked for a time, a device handle of an exec not instantiated for device

@@ -102,9 +102,10 @@ pub use graph::{
 };
 pub use runtime::ConstSlice;
 pub use runtime::{
-    ArgFor, ArgsFor, Device, DeviceBuffer, DeviceCopy, Event, EventOptions, Function,
-    GraphMemoryUsage, Kernel, KernelArg, KernelArgs, KernelParam, LaunchConfig, Module,
-    PinnedBuffer, ReleaseObserver, Signature, Slice, Stream,
+    ArgFor, ArgsFor, DependentKernel, Device, DeviceBuffer, DeviceCopy, Event, EventOptions,
+    Function, GraphMemoryUsage, Kernel, KernelArg, KernelArgs, KernelParam, LaunchAttributes,
+    LaunchConfig, Module, PinnedBuffer, ReleaseObserver, Signature, Slice, Stream,
+    WaitsForPredecessor,
 };
 
 /// What a program writes daily: `use cuda_graph::prelude::*;` — devices, streams, buffers,

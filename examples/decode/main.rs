@@ -186,6 +186,7 @@ impl Fused {
                 grid: (u32::try_from(c.heads)?, 1, 1),
                 block: (ATTENTION_THREADS, 1, 1),
                 shared_mem_bytes: shared_bytes(MAX_T)?,
+                ..LaunchConfig::single()
             },
             lm_head: rows_launch(c.vocab, c.d)?,
         })
@@ -210,6 +211,7 @@ fn rows_launch(rows: usize, shared_floats: usize) -> Result<LaunchConfig, Box<dy
         grid: (u32::try_from(blocks)?, 1, 1),
         block: (GEMV_THREADS, 1, 1),
         shared_mem_bytes: shared_bytes(shared_floats)?,
+        ..LaunchConfig::single()
     })
 }
 
@@ -399,6 +401,7 @@ fn cfg1(threads: u32) -> LaunchConfig {
         grid: (1, 1, 1),
         block: (threads, 1, 1),
         shared_mem_bytes: 0,
+        ..LaunchConfig::single()
     }
 }
 
@@ -593,6 +596,7 @@ impl Model {
             grid: (c.heads as u32, 1, 1),
             block: (256, 1, 1),
             shared_mem_bytes: (MAX_T * 4) as u32,
+            ..LaunchConfig::single()
         };
         for l in &self.layers {
             s.launch(&k.rmsnorm, cfg1(1024), (&self.x, &l.attn_norm, &self.h, d))?;

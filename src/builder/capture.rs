@@ -102,6 +102,38 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             .launch_via(self.core.own_capture(), kernel, config, args)
     }
 
+    /// Records a programmatic dependent launch of a [`DependentKernel`](crate::DependentKernel)
+    /// ([`Stream::launch_dependent`]): its node's edge from the kernel node before it is
+    /// programmatic, so at each replay it may begin before that kernel has ended.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, first: &Kernel<(*mut f32,)>, then: &DependentKernel<(*mut f32,)>, buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// b.launch(first, LaunchConfig::for_num_elems(1024), buf)?;
+    /// b.launch_dependent(then, LaunchConfig::for_num_elems(1024), buf)?;
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn launch_dependent<D: crate::WaitsForPredecessor>(
+        &self,
+        kernel: &D,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<D::Sig>,
+    ) -> Result<()>
+    where
+        S: IsCapturing,
+    {
+        let mut config = config;
+        config.attributes.programmatic = true;
+        self.core.stream.launch_via(
+            self.core.own_capture(),
+            kernel.waiting_kernel(),
+            config,
+            args,
+        )
+    }
+
     /// Records a launch of an untyped `function`: the raw form of [`launch`](Self::launch). The
     /// function's module and every buffer in `args` stay alive as long as the graph and its execs.
     ///

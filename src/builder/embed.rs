@@ -65,6 +65,12 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
             // where its conditional handles may be in use (see `TreeState::has_conditionals`).
             // What a node of the child holds is held by that node's copy, so destroying the copy
             // through the node's `inspect` view releases it, as for a definition's child graph.
+            // A copy of programmatic edges is one too (see `TreeState::programmatic`).
+            if rec.other.as_deref().is_some_and(|t| t.programmatic) {
+                if let Some(t) = rec.tree.as_deref_mut() {
+                    t.programmatic = true;
+                }
+            }
             let embedded = rec.other.as_deref_mut().map(|t| Embedded::of(t, child));
             if embedded.is_none() {
                 rec.keep(&keep);

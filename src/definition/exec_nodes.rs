@@ -248,6 +248,8 @@ impl Graph {
             drop((tree, child_tree));
             return Err(not_in_exec(&state, node));
         };
+        // SAFETY: `raw_node` is a live node of the locked source tree.
+        unsafe { super::params::check_programmatic(&tree, &raw, raw_node) }?;
         // SAFETY: the exec is live and its lock (`state`) held; `raw_node` is a live node of the
         // graph it was instantiated from, made before the instantiation (checked under that
         // graph's tree lock, held across the call), of kind `K` (a `TypedNode<K>` is only made for

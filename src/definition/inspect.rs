@@ -590,10 +590,19 @@ fn kind_of(info: &NodeInfo) -> NodeType {
 fn kernel_info(tree: &TreeState, n: &GraphNode, raw: sys::CUgraphNode) -> Result<KernelInfo> {
     // SAFETY: `raw` is a live kernel node of the locked tree.
     let p = unsafe { driver::graph::kernel_node_get_params(raw) }?;
+    // SAFETY (both): `raw` is a live kernel node of the locked tree.
+    let raw_attributes = unsafe { driver::launch::node_attributes(raw) }?;
+    let programmatic = unsafe { driver::launch::has_programmatic_dependency(raw) }?;
+    let mut attributes = crate::LaunchAttributes::NONE;
+    attributes.cluster = raw_attributes.cluster;
+    attributes.priority = raw_attributes.priority;
+    attributes.cooperative = raw_attributes.cooperative;
+    attributes.programmatic = programmatic;
     let config = LaunchConfig {
         grid: (p.gridDimX, p.gridDimY, p.gridDimZ),
         block: (p.blockDimX, p.blockDimY, p.blockDimZ),
         shared_mem_bytes: p.sharedMemBytes,
+        attributes,
     };
     let func = p.func;
     if func.is_null() {

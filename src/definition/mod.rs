@@ -246,10 +246,12 @@ impl GraphDefinition {
         // original would make a graph that embeds its own clone hold itself.
         let held = locked.tree.snapshot();
         let hold_original = locked.tree.has_conditionals();
+        let programmatic = locked.tree.programmatic;
         drop(locked);
         let clone = Arc::new(GraphHandle::owned(&self.graph.ctx, raw));
         {
             let mut tree = clone.lock();
+            tree.programmatic = programmatic;
             if hold_original {
                 tree.keep(&self.graph.root());
             }

@@ -15,6 +15,7 @@ use crate::core::callback;
 use crate::core::source::FinishedGraph;
 use crate::driver;
 use crate::driver::graph::{lock_two, GraphHandle, Owner, Owners, SharedRef, TreeState};
+use crate::driver::launch::RawAttributes;
 use crate::error::{Error, Refusal, Result};
 use crate::runtime::{DeviceBuffer, DeviceCopy, Event, Function, KernelArgs, LaunchConfig};
 use crate::HostCallback;
@@ -156,18 +157,19 @@ impl GraphDefinition {
     ) -> Result<KernelNode> {
         let function = kernel.function();
         self.same_device(function.device, "kernel's module")?;
+        let attrs = attributes_of(function, &config)?;
         crate::runtime::with_refs(&args, self.handle().ctx.device, |refs| {
             refs.check_device("graph")?;
             refs.check_target(Some(self.handle()))?;
             let params = config.kernel_node_params(function, refs.params());
             if refs.uses_graph_memory() {
-                return self.add_kernel_with_graph_memory(deps, function, &params, refs);
+                return self.add_kernel_with_graph_memory(deps, function, &params, attrs, refs);
             }
             if let [one] = refs.owners.as_slice() {
                 let extra = one.shared();
                 // SAFETY: as below.
                 return unsafe {
-                    self.add_kernel_params(deps, function, &params, Some(extra), |_| {})
+                    self.add_kernel_params(deps, function, &params, attrs, Some(extra), |_| {})
                 };
             }
             let keep = |owners: &mut Owners| {
@@ -178,8 +180,40 @@ impl GraphDefinition {
             };
             // SAFETY: `params` points at argument bytes that outlive the call; `Kernel`'s maker
             // promised its signature and bounds, and the arguments match it (`ArgsFor`).
-            unsafe { self.add_kernel_params(deps, function, &params, None, keep) }
+            unsafe { self.add_kernel_params(deps, function, &params, attrs, None, keep) }
         })
+    }
+
+    /// Adds a kernel node of a [`DependentKernel`](crate::DependentKernel) whose edges from
+    /// `deps` are programmatic (`CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`): at each launch it may
+    /// begin before those kernels have ended, and waits for them where its code says. Every
+    /// dependency must be a kernel node ([`Refusal::Attribute`] otherwise); needs compute
+    /// capability 9.0. [`kernel_info`](Self::inspect) reads the node back with
+    /// [`LaunchAttributes::is_dependent`](crate::LaunchAttributes::is_dependent) set.
+    ///
+    /// The programmatic edges stay as long as both nodes do: destroying a kernel node that a
+    /// dependent kernel follows programmatically is refused, and a kernel node that follows one
+    /// takes new parameters ([`set_params`](Self::set_params), and an exec's) only of a dependent
+    /// kernel ([`NodeParams::dependent_kernel`](crate::NodeParams::dependent_kernel)).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(def: &GraphDefinition, first: &Kernel<(*mut f32,)>, then: &DependentKernel<(*mut f32,)>, buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// let a = def.add_kernel(&[], first, LaunchConfig::for_num_elems(1024), buf)?;
+    /// let b = def.add_dependent_kernel(&[&a], then, LaunchConfig::for_num_elems(1024), buf)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_dependent_kernel<K: crate::WaitsForPredecessor>(
+        &self,
+        deps: &[&GraphNode],
+        kernel: &K,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<K::Sig>,
+    ) -> Result<KernelNode> {
+        let mut config = config;
+        config.attributes.programmatic = true;
+        self.add_kernel(deps, kernel.waiting_kernel(), config, args)
     }
 
     /// Adds a kernel launch node of an untyped `function` (`cuGraphAddKernelNode`): the raw form
@@ -207,12 +241,15 @@ impl GraphDefinition {
         args: &KernelArgs<'_>,
     ) -> Result<KernelNode> {
         self.same_device(function.device, "kernel's module")?;
+        let attrs = attributes_of(function, &config)?;
         let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
         let params = config.kernel_node_params(function, args.fill_pointers(&mut ptrs, &mut spill));
         if let Some(one) = args.only_owner() {
             let extra = one.shared();
             // SAFETY: as below.
-            return unsafe { self.add_kernel_params(deps, function, &params, Some(extra), |_| {}) };
+            return unsafe {
+                self.add_kernel_params(deps, function, &params, attrs, Some(extra), |_| {})
+            };
         }
         let keep = |owners: &mut Owners| {
             let held = args.owners();
@@ -223,7 +260,7 @@ impl GraphDefinition {
         };
         // SAFETY: `params` points at argument storage that outlives the call; the caller
         // promises the arguments match the kernel.
-        unsafe { self.add_kernel_params(deps, function, &params, None, keep) }
+        unsafe { self.add_kernel_params(deps, function, &params, attrs, None, keep) }
     }
 
     /// The kernel node both launch forms add: `params` for `function`, the function's module
@@ -238,6 +275,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         function: &Function,
         params: &sys::CUDA_KERNEL_NODE_PARAMS,
+        attrs: Option<RawAttributes>,
         extra: Option<SharedRef<'_>>,
         keep: impl FnOnce(&mut Owners),
     ) -> Result<KernelNode> {
@@ -247,6 +285,7 @@ impl GraphDefinition {
                 deps,
                 function,
                 params,
+                attrs,
                 extra,
                 keep,
                 |_, _, _| Ok(()),
@@ -265,6 +304,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         function: &Function,
         params: &sys::CUDA_KERNEL_NODE_PARAMS,
+        attrs: Option<RawAttributes>,
         refs: &crate::runtime::ArgRefs<'_>,
     ) -> Result<KernelNode> {
         let uses = refs.graph_uses();
@@ -284,6 +324,7 @@ impl GraphDefinition {
                 deps,
                 function,
                 params,
+                attrs,
                 None,
                 keep,
                 |_, d, n| {
@@ -312,6 +353,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         function: &Function,
         params: &sys::CUDA_KERNEL_NODE_PARAMS,
+        attrs: Option<RawAttributes>,
         extra: Option<SharedRef<'_>>,
         keep: impl FnOnce(&mut Owners),
         check: impl FnOnce(&TreeState, *const sys::CUgraphNode, usize) -> Result<()>,
@@ -334,21 +376,49 @@ impl GraphDefinition {
         // and launches and captures on a stream of its own, do not need it (see
         // `PrimaryContext::bind_cached`).
         ctx.bind_checked()?;
-        self.add_node_then_checked(
+        let Some(attrs) = attrs else {
+            return self
+                .add_node_then_checked(
+                    deps,
+                    &[],
+                    shared,
+                    keep,
+                    check,
+                    |g, d, n, out| {
+                        // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it;
+                        // `params` is valid and its arguments match the kernel (this function's
+                        // contract; the driver copies the argument bytes).
+                        unsafe { driver::graph::add_kernel_node(ctx, out, g, d, n, params) }
+                    },
+                    then,
+                )
+                .map(TypedNode::new);
+        };
+        let mut kept_without = None;
+        let node = self.add_node_then_checked(
             deps,
             &[],
             shared,
             keep,
             check,
             |g, d, n, out| {
-                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` is
-                // valid and its arguments match the kernel (this function's contract; the driver
-                // copies the argument bytes).
-                unsafe { driver::graph::add_kernel_node(ctx, out, g, d, n, params) }
+                // SAFETY: as above; the attributes were checked (`attributes_of`).
+                kept_without = unsafe {
+                    driver::launch::add_kernel_node_with(ctx, out, g, d, n, params, attrs)
+                }?;
+                Ok(())
             },
-            then,
-        )
-        .map(TypedNode::new)
+            |tree, node| {
+                if attrs.programmatic {
+                    tree.programmatic = true;
+                }
+                then(tree, node)
+            },
+        )?;
+        match kept_without {
+            None => Ok(TypedNode::new(node)),
+            Some(e) => Err(e),
+        }
     }
 
     /// Adds a memset node that sets every element of `buf` to `value` (`cuGraphAddMemsetNode`).
@@ -621,6 +691,10 @@ impl GraphDefinition {
         graph.ctx.bind()?;
         let (mut tree, mut child_tree) = lock_two(graph, child);
         super::check_usable(graph, &tree)?;
+        // A copy of programmatic edges is one too (see `TreeState::programmatic`).
+        if child_tree.as_deref().is_some_and(|c| c.programmatic) {
+            tree.programmatic = true;
+        }
         // The copy keeps using what `child`'s nodes use now, after `child`'s nodes change or go.
         // What a node of `child` itself holds is held by that node's copy (so destroying the copy
         // through the node's `inspect` view releases it); the rest (captured operands, nodes of
@@ -796,4 +870,14 @@ pub(crate) fn hold_in_copies(
         }
     }
     unnamed
+}
+
+/// `config`'s launch attributes checked against the device and `function`, or `None` for a
+/// plain launch.
+#[inline]
+fn attributes_of(function: &Function, config: &LaunchConfig) -> Result<Option<RawAttributes>> {
+    if config.attributes.is_empty() {
+        return Ok(None);
+    }
+    crate::runtime::launch::check_attributes(function, config).map(Some)
 }

@@ -182,6 +182,28 @@ impl NodeParams<node_kind::Kernel> {
         Ok(params)
     }
 
+    /// A launch of a [`DependentKernel`](crate::DependentKernel) for a [`KernelNode`](crate::KernelNode), as
+    /// [`kernel`](Self::kernel): the only kernel parameters a node that follows another
+    /// programmatically ([`GraphDefinition::add_dependent_kernel`], a captured
+    /// [`launch_dependent`](crate::GraphBuilder::launch_dependent)) takes.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(g: &Graph, k: &KernelNode, then: &DependentKernel<(*mut f32,)>, other: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// g.set_params(k, NodeParams::dependent_kernel(then, LaunchConfig::for_num_elems(1024), other)?)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn dependent_kernel<D: crate::WaitsForPredecessor>(
+        kernel: &D,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<D::Sig>,
+    ) -> Result<Self> {
+        let mut config = config;
+        config.attributes.programmatic = true;
+        Self::kernel(kernel.waiting_kernel(), config, args)
+    }
+
     /// A launch of an untyped `function` with `config` and `args` (moved in: the parameters keep
     /// its values), for a [`KernelNode`](crate::KernelNode): the raw form of [`kernel`](Self::kernel). The function's module and every
     /// buffer in `args` are held by the node or exec that takes them.
@@ -456,6 +478,34 @@ pub(crate) fn memcpy3d(dst: u64, src: u64, bytes: usize) -> sys::CUDA_MEMCPY3D {
     }
 }
 
+/// Refuses parameters of a kernel that has not declared its wait ([`NodeParams::kernel`],
+/// not [`NodeParams::dependent_kernel`]) for a kernel node that follows another
+/// programmatically: it would begin before that kernel has ended. Asked of the driver only in a
+/// tree where a programmatic edge was ever made ([`TreeState::programmatic`]).
+///
+/// # Safety
+/// `node` is a live node of `tree`'s graphs, whose lock is held.
+pub(crate) unsafe fn check_programmatic(
+    tree: &TreeState,
+    raw: &RawParams,
+    node: sys::CUgraphNode,
+) -> Result<()> {
+    let RawParams::Kernel(kernel) = raw else {
+        return Ok(());
+    };
+    if !tree.programmatic || kernel.config.attributes.programmatic {
+        return Ok(());
+    }
+    // SAFETY: the caller's promise.
+    if unsafe { driver::launch::has_programmatic_dependency(node) }? {
+        return Err(Error::invalid(
+            Refusal::Attribute,
+            "this kernel node follows another programmatically (it may begin before that kernel ends): it takes parameters only of a kernel that waits for it (NodeParams::dependent_kernel)",
+        ));
+    }
+    Ok(())
+}
+
 /// Where parameters go: a definition's node, or a node of an exec.
 #[derive(Clone, Copy)]
 pub(crate) enum Target {
@@ -499,13 +549,34 @@ impl RawParams {
                 let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
                 let params =
                     config.kernel_node_params(function, args.fill_pointers(&mut ptrs, &mut spill));
-                match target {
+                let mut attributes = config.attributes;
+                // Whether the kernel waits is checked before (`check_programmatic`); the edge
+                // itself is not a parameter.
+                attributes.programmatic = false;
+                let raw = if attributes.is_empty() {
+                    None
+                } else {
+                    let mut c = *config;
+                    c.attributes = attributes;
+                    Some(crate::runtime::launch::check_attributes(function, &c)?)
+                };
+                match (target, raw) {
                     // SAFETY: the caller's promises; `ptrs` points into `args`, which outlives the
                     // call (the driver copies the values); the constructor's caller promised the
                     // arguments match the kernel.
-                    Target::Definition => unsafe { g::kernel_node_set_params(node, &params) },
+                    (Target::Definition, None) => unsafe { g::kernel_node_set_params(node, &params) },
+                    (Target::Definition, Some(raw)) => {
+                        // SAFETY: as above; the attributes were checked just now.
+                        unsafe { g::kernel_node_set_params(node, &params) }?;
+                        // SAFETY: `node` is a live kernel node of the locked tree.
+                        unsafe { driver::launch::set_node_attributes(node, raw) }
+                    }
                     // SAFETY: as above.
-                    Target::Exec(e) => unsafe { g::exec_kernel_node_set_params(e, node, &params) },
+                    (Target::Exec(e), None) => unsafe { g::exec_kernel_node_set_params(e, node, &params) },
+                    (Target::Exec(_), Some(_)) => Err(Error::invalid(
+                        Refusal::Attribute,
+                        "an exec's kernel node keeps the launch attributes (cluster, priority, cooperative) it was instantiated with: the driver has no per-node update for them. Pass a configuration without attributes, or set them on the definition's node and update the exec from it (Graph::update)",
+                    )),
                 }
             }
             (
@@ -620,9 +691,13 @@ pub(crate) fn lock_with_child<'a>(
             "a graph cannot be embedded into itself: embed a clone (`try_clone()`)",
         ));
     }
-    let (tree, mut child_tree) = lock_two(graph, child);
+    let (mut tree, mut child_tree) = lock_two(graph, child);
     if let Some(c) = child_tree.as_deref_mut() {
         c.check_complete()?;
+        // A copy of programmatic edges is one too (see `TreeState::programmatic`).
+        if c.programmatic {
+            tree.programmatic = true;
+        }
         if c.has_conditionals() {
             // The child graph itself is held only where its conditional handles may be in use
             // (see `TreeState::has_conditionals`).
@@ -674,6 +749,8 @@ impl GraphDefinition {
         let (mut tree, child_tree) = lock_with_child(graph, raw.child(), &mut owners)?;
         super::check_usable(graph, &tree)?;
         let raw_node = node::check(&tree, graph.id, node)?;
+        // SAFETY: `raw_node` is a live node of this locked tree.
+        unsafe { check_programmatic(&tree, &raw, raw_node) }?;
         // The new owners are in place before the driver refers to them.
         let old = tree
             .nodes

@@ -151,7 +151,9 @@ impl GraphDefinition {
     }
 
     /// Removes the edge from `from` to `to` (`cuGraphRemoveDependencies`); the driver refuses an
-    /// edge that does not exist.
+    /// edge that does not exist. Edges into a node that follows a kernel programmatically
+    /// ([`add_dependent_kernel`](Self::add_dependent_kernel)) are not removed
+    /// ([`Refusal::Attribute`](crate::Refusal::Attribute)).
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -164,6 +166,13 @@ impl GraphDefinition {
         let g = self.handle();
         let (a, b) = node::check_edge(&locked.tree, g.id, from, to)?;
         refuse_if_memory_nodes(&locked.tree, g.id, "an edge removed")?;
+        // SAFETY: `b` is a live node of the locked graph.
+        if locked.tree.programmatic && unsafe { driver::launch::has_programmatic_dependency(b) }? {
+            return Err(Error::invalid(
+                Refusal::Attribute,
+                "`to` follows a kernel programmatically: its edges stay while both nodes live (execs made from this graph keep them); destroy `to` instead",
+            ));
+        }
         locked.tree.shape = locked.tree.shape.wrapping_add(1);
         // SAFETY: `a` and `b` are distinct live nodes of the locked graph; one edge, no data.
         unsafe { driver::graph::remove_dependencies(g.raw, &a, &b, 1) }
@@ -190,6 +199,13 @@ impl GraphDefinition {
         let g = self.handle();
         let raw = node::check(&locked.tree, g.id, &node)?;
         refuse_if_memory_nodes(&locked.tree, g.id, "a node destroyed")?;
+        // SAFETY: `raw` is a live node of the locked graph.
+        if locked.tree.programmatic && unsafe { driver::launch::has_programmatic_dependent(raw) }? {
+            return Err(Error::invalid(
+                Refusal::Attribute,
+                "a dependent kernel follows this node programmatically: the edge stays while both nodes live (execs made from this graph keep it); destroy the dependent node first",
+            ));
+        }
         if locked.tree.conditionals.contains_key(&(g.id, raw as usize))
             && !locked.tree.captures().is_empty()
         {

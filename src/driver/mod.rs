@@ -20,6 +20,7 @@ pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod graph;
 pub(crate) mod handoff;
+pub(crate) mod launch;
 pub(crate) mod lock_rank;
 pub(crate) mod memory;
 pub(crate) mod module;

@@ -133,6 +133,23 @@ impl Device {
         Ok((major as u32, minor as u32))
     }
 
+    /// The context's launch and stream priorities as `(least, greatest)`: lower numbers are
+    /// higher priorities, so `greatest <= least` (`cuCtxGetStreamPriorityRange`; `(0, -5)` on
+    /// an H100). What [`LaunchConfig::with_priority`](crate::LaunchConfig::with_priority) takes.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # fn f(device: &Device) -> cuda_graph::Result<()> {
+    /// let (least, greatest) = device.stream_priority_range()?;
+    /// let urgent = LaunchConfig::single().with_priority(greatest);
+    /// # Ok(()) }
+    /// ```
+    pub fn stream_priority_range(&self) -> Result<(i32, i32)> {
+        self.ctx.bind()?;
+        // SAFETY: the context is bound just above.
+        unsafe { driver::launch::priority_range(&self.ctx) }
+    }
+
     /// Creates a new non-blocking stream on this device.
     ///
     /// ```no_run

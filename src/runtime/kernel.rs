@@ -17,6 +17,9 @@ use crate::error::{Error, Refusal, Result};
 pub(crate) mod sealed {
     use super::KernelArgs;
 
+    /// Seals [`WaitsForPredecessor`](super::WaitsForPredecessor).
+    pub trait Waits {}
+
     /// A parameter type and its size in the kernel's parameter buffer.
     pub trait Param {
         /// `sizeof` of the C parameter type.
@@ -429,6 +432,100 @@ impl<S: Signature> Kernel<S> {
     /// ```
     pub fn args<'a>(&self, args: impl ArgsFor<S> + 'a) -> KernelArgs<'a> {
         collect(args)
+    }
+}
+
+impl<S: Signature> Kernel<S> {
+    /// This kernel declared as one that waits for its predecessor, so that it may be launched
+    /// as a programmatic dependent launch ([`Stream::launch_dependent`](crate::Stream::launch_dependent),
+    /// [`GraphBuilder::launch_dependent`](crate::GraphBuilder::launch_dependent),
+    /// [`GraphDefinition::add_dependent_kernel`](crate::GraphDefinition::add_dependent_kernel)):
+    /// it may then begin while the kernel before it still runs, and its prologue overlaps that
+    /// kernel's tail. Needs compute capability 9.0 (checked at the launch).
+    ///
+    /// # Safety
+    /// The kernel calls `cudaGridDependencySynchronize()` (PTX `griddepcontrol.wait`) before
+    /// its first read of memory a preceding kernel writes and before its first write to memory
+    /// a preceding kernel reads or writes: until that call returns, the kernel it depends on
+    /// may still be running. (Calling `cudaTriggerProgrammaticLaunchCompletion()` in the
+    /// predecessor is optional: it only lets the dependent begin earlier.)
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(module: &Module, stream: &Stream, buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// // SAFETY: scale(float* p, unsigned n) writes p[0..n).
+    /// let produce = unsafe { module.kernel::<(*mut f32, u32)>("produce")? };
+    /// // SAFETY: as above; and `scale` calls cudaGridDependencySynchronize() before it touches p.
+    /// let scale = unsafe { module.kernel::<(*mut f32, u32)>("scale")?.dependent() };
+    /// let n = buf.len() as u32;
+    /// stream.launch(&produce, LaunchConfig::for_num_elems(n), (buf, n))?;
+    /// stream.launch_dependent(&scale, LaunchConfig::for_num_elems(n), (buf, n))?;
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn dependent(self) -> DependentKernel<S> {
+        DependentKernel { kernel: self }
+    }
+}
+
+/// A [`Kernel`] declared to wait for its predecessor before touching what the predecessor
+/// touches ([`Kernel::dependent`], `unsafe`): only such a kernel can be a programmatic
+/// dependent launch, whose beginning overlaps the end of the kernel before it. `Clone`,
+/// `Send + Sync`.
+///
+/// ```compile_fail
+/// # use cuda_graph::prelude::*;
+/// # fn f(stream: &Stream, plain: &Kernel<(*mut i32,)>, buf: &DeviceBuffer<i32>) -> cuda_graph::Result<()> {
+/// // A kernel that has not declared the wait cannot be launched early:
+/// stream.launch_dependent(plain, LaunchConfig::single(), buf)?;
+/// # Ok(()) }
+/// ```
+pub struct DependentKernel<S> {
+    kernel: Kernel<S>,
+}
+
+impl<S> Clone for DependentKernel<S> {
+    fn clone(&self) -> Self {
+        DependentKernel {
+            kernel: self.kernel.clone(),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for DependentKernel<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DependentKernel")
+            .field("kernel", &self.kernel)
+            .finish()
+    }
+}
+
+impl<S: Signature> DependentKernel<S> {
+    /// The kernel itself, for plain (not programmatic) launches.
+    pub fn kernel(&self) -> &Kernel<S> {
+        &self.kernel
+    }
+}
+
+/// A kernel that waits for its predecessor: what the `launch_dependent` methods take. Only
+/// [`DependentKernel`] is one (made by the `unsafe` [`Kernel::dependent`]); sealed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has not declared that it waits for the kernel before it",
+    label = "a programmatic dependent launch needs a `DependentKernel`",
+    note = "a dependent launch begins before the kernel it follows has ended; declare the kernel's wait (cudaGridDependencySynchronize() before its first dependent access) with `unsafe {{ kernel.dependent() }}`, or launch it with `launch`"
+)]
+pub trait WaitsForPredecessor: sealed::Waits {
+    /// The kernel's parameter list.
+    type Sig: Signature;
+    /// The kernel.
+    fn waiting_kernel(&self) -> &Kernel<Self::Sig>;
+}
+
+impl<S: Signature> sealed::Waits for DependentKernel<S> {}
+impl<S: Signature> WaitsForPredecessor for DependentKernel<S> {
+    type Sig = S;
+    fn waiting_kernel(&self) -> &Kernel<S> {
+        &self.kernel
     }
 }
 

@@ -5,7 +5,17 @@ use std::ptr::NonNull;
 use super::{DeviceBuffer, DeviceCopy, OwnerRef};
 use crate::driver::graph::Owner;
 
-/// Grid and block dimensions and dynamic shared memory for a kernel launch.
+/// Grid and block dimensions, dynamic shared memory and [launch attributes](LaunchAttributes)
+/// for a kernel launch.
+///
+/// ```
+/// use cuda_graph::LaunchConfig;
+/// // 8 blocks of 128 threads in clusters of 2, at the context's highest priority but one.
+/// let config = LaunchConfig { grid: (8, 1, 1), block: (128, 1, 1), ..LaunchConfig::single() }
+///     .with_cluster((2, 1, 1))
+///     .with_priority(-1);
+/// assert_eq!(config.attributes.cluster, Some((2, 1, 1)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchConfig {
     /// Blocks in the grid, `(x, y, z)`.
@@ -14,6 +24,73 @@ pub struct LaunchConfig {
     pub block: (u32, u32, u32),
     /// Dynamic shared memory per block, in bytes.
     pub shared_mem_bytes: u32,
+    /// Thread-block clusters, priority and cooperative launch (none by default: a plain grid).
+    pub attributes: LaunchAttributes,
+}
+
+/// What a launch asks of the device beyond its grid (`CUlaunchAttribute`s): thread-block
+/// clusters, a priority, a cooperative grid. The same attributes apply to a stream launch
+/// (`cuLaunchKernelEx`), a captured launch and a kernel node of a definition (set on the node
+/// with `cuGraphKernelNodeSetAttribute`; [`GraphDefinition::kernel_attributes`] reads them back).
+///
+/// Each is checked against the device before the driver sees it, and refused with
+/// [`Refusal::Attribute`](crate::Refusal::Attribute), saying why. Programmatic dependent launch, whose safety depends on the kernel's code, is not an
+/// attribute here: see [`Kernel::dependent`](crate::Kernel::dependent).
+///
+/// [`GraphDefinition::kernel_attributes`]: crate::GraphDefinition::kernel_attributes
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct LaunchAttributes {
+    /// Blocks per thread-block cluster, `(x, y, z)` (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`):
+    /// needs compute capability 9.0; each dimension divides the grid's, and a cluster holds at
+    /// most 8 blocks (the portable size).
+    pub cluster: Option<(u32, u32, u32)>,
+    /// The launch's priority (`CU_LAUNCH_ATTRIBUTE_PRIORITY`), within the context's range
+    /// ([`Device::stream_priority_range`](crate::Device::stream_priority_range): lower numbers
+    /// are higher priorities). A graph honours its nodes' priorities when instantiated with
+    /// [`InstantiateOptions::use_node_priority`](crate::InstantiateOptions::use_node_priority).
+    pub priority: Option<i32>,
+    /// A cooperative launch (`CU_LAUNCH_ATTRIBUTE_COOPERATIVE`): every block of the grid is
+    /// resident at once, so the grid may synchronise as a whole (`grid.sync()`); the grid must
+    /// fit the device at once (checked with the kernel's occupancy).
+    pub cooperative: bool,
+    /// A programmatic dependent launch (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`,
+    /// a programmatic edge in a graph): set by the dependent launches
+    /// ([`Stream::launch_dependent`](crate::Stream::launch_dependent) and the builder's and
+    /// definition's), or by the `unsafe`
+    /// [`LaunchConfig::with_dependent_launch`].
+    pub(crate) programmatic: bool,
+}
+
+impl LaunchAttributes {
+    /// No attributes: a plain launch.
+    pub const NONE: LaunchAttributes = LaunchAttributes {
+        cluster: None,
+        priority: None,
+        cooperative: false,
+        programmatic: false,
+    };
+
+    /// Whether the launch may begin before the kernel it depends on has ended (programmatic
+    /// dependent launch).
+    ///
+    /// ```
+    /// assert!(!cuda_graph::LaunchConfig::single().attributes.is_dependent());
+    /// ```
+    #[inline]
+    pub const fn is_dependent(&self) -> bool {
+        self.programmatic
+    }
+
+    /// Whether no attribute is set.
+    ///
+    /// ```
+    /// assert!(cuda_graph::LaunchAttributes::default().is_empty());
+    /// ```
+    #[inline]
+    pub const fn is_empty(&self) -> bool {
+        self.cluster.is_none() && self.priority.is_none() && !self.cooperative && !self.programmatic
+    }
 }
 
 impl Default for LaunchConfig {
@@ -57,6 +134,7 @@ impl LaunchConfig {
             grid: (1, 1, 1),
             block: (1, 1, 1),
             shared_mem_bytes: 0,
+            attributes: LaunchAttributes::NONE,
         }
     }
 
@@ -67,7 +145,43 @@ impl LaunchConfig {
             grid: (if blocks == 0 { 1 } else { blocks }, 1, 1),
             block: (256, 1, 1),
             shared_mem_bytes: 0,
+            attributes: LaunchAttributes::NONE,
         }
+    }
+
+    /// This configuration with thread-block clusters of `dims` blocks
+    /// ([`LaunchAttributes::cluster`]).
+    pub const fn with_cluster(mut self, dims: (u32, u32, u32)) -> Self {
+        self.attributes.cluster = Some(dims);
+        self
+    }
+
+    /// This configuration at `priority` ([`LaunchAttributes::priority`]).
+    pub const fn with_priority(mut self, priority: i32) -> Self {
+        self.attributes.priority = Some(priority);
+        self
+    }
+
+    /// This configuration launched cooperatively, or not ([`LaunchAttributes::cooperative`]).
+    pub const fn with_cooperative(mut self, on: bool) -> Self {
+        self.attributes.cooperative = on;
+        self
+    }
+
+    /// This configuration as a programmatic dependent launch: the kernel may begin before the
+    /// kernel it depends on (the stream's previous kernel, or a graph's dependency) has ended.
+    /// The safe way is a [`DependentKernel`](crate::DependentKernel) and the `launch_dependent`
+    /// methods; this is for untyped launches ([`Stream::launch_unchecked`](crate::Stream::launch_unchecked)).
+    /// Needs compute capability 9.0.
+    ///
+    /// # Safety
+    /// Every kernel launched with this configuration waits for its predecessor
+    /// (`cudaGridDependencySynchronize()`, PTX `griddepcontrol.wait`) before its first access
+    /// to memory the predecessor writes, and before its first write to memory the predecessor
+    /// reads: the predecessor may still be running until then.
+    pub const unsafe fn with_dependent_launch(mut self) -> Self {
+        self.attributes.programmatic = true;
+        self
     }
 }
 
@@ -934,4 +1048,97 @@ mod tests {
         assert_eq!(LaunchConfig::for_num_elems(1000).grid.0, 4);
         assert_eq!(LaunchConfig::for_num_elems(0).grid.0, 1);
     }
+}
+
+/// Checks `config`'s attributes (a programmatic dependent launch among them) against the device and `function`, and returns them in the driver's terms (see
+/// [`LaunchAttributes`] for what is refused). Binds the function's context.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_attributes(
+    function: &super::Function,
+    config: &LaunchConfig,
+) -> crate::Result<crate::driver::launch::RawAttributes> {
+    use crate::driver::device::attribute;
+    use crate::error::{Error, Refusal};
+    use cudarc::driver::sys::CUdevice_attribute::*;
+    let refuse = |why: String| {
+        Err(Error::invalid(
+            Refusal::Attribute,
+            format!("kernel `{}`: {why}", function.name()),
+        ))
+    };
+    let ctx = &function.module.ctx;
+    ctx.bind()?;
+    let device = function.device;
+    let a = config.attributes;
+    let programmatic = a.programmatic;
+    let major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)?;
+    if let Some((x, y, z)) = a.cluster {
+        if major < 9 {
+            return refuse(format!(
+                "thread-block clusters need compute capability 9.0; this device has {major}.x"
+            ));
+        }
+        let (gx, gy, gz) = config.grid;
+        if x == 0 || y == 0 || z == 0 || gx % x != 0 || gy % y != 0 || gz % z != 0 {
+            return refuse(format!(
+                "a cluster of {:?} blocks does not divide the grid {:?}: each cluster dimension must be at least 1 and divide the grid's",
+                (x, y, z),
+                config.grid
+            ));
+        }
+        let blocks = u64::from(x) * u64::from(y) * u64::from(z);
+        if blocks > 8 {
+            return refuse(format!(
+                "a cluster of {blocks} blocks is more than the portable 8"
+            ));
+        }
+    }
+    if let Some(p) = a.priority {
+        // SAFETY: the context is bound above.
+        let (least, greatest) = unsafe { crate::driver::launch::priority_range(ctx) }?;
+        if p < greatest || p > least {
+            return refuse(format!(
+                "priority {p} is outside the context's range {greatest} (highest) ..= {least} (lowest)"
+            ));
+        }
+    }
+    if a.cooperative {
+        if attribute(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, device)? == 0 {
+            return refuse("this device cannot launch cooperative grids".into());
+        }
+        let threads =
+            u64::from(config.block.0) * u64::from(config.block.1) * u64::from(config.block.2);
+        let blocks = u64::from(config.grid.0) * u64::from(config.grid.1) * u64::from(config.grid.2);
+        let sms = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)?.max(0) as u64;
+        let per_sm = match u32::try_from(threads) {
+            // SAFETY: the function is live (its module is held by `function`) and its context
+            // is bound above.
+            Ok(t) => u64::from(unsafe {
+                crate::driver::launch::blocks_per_multiprocessor(
+                    function.raw,
+                    t,
+                    config.shared_mem_bytes,
+                )
+            }?),
+            Err(_) => 0,
+        };
+        if blocks > per_sm * sms {
+            return refuse(format!(
+                "a cooperative grid of {blocks} blocks does not fit the device at once: it holds {per_sm} blocks of {threads} threads per multiprocessor, {} in all",
+                per_sm * sms
+            ));
+        }
+    }
+    if programmatic && major < 9 {
+        return refuse(format!(
+            "programmatic dependent launch needs compute capability 9.0; this device has {major}.x"
+        ));
+    }
+    Ok(crate::driver::launch::RawAttributes {
+        cluster: a.cluster,
+        priority: a.priority,
+        cooperative: a.cooperative,
+        programmatic,
+    })
 }

@@ -19,8 +19,11 @@ pub(crate) use kernel::{
     arg_for, collect as collect_args, push_slice, sealed as kernel_sealed, with_refs, ArgRefs,
     GraphUse, OwnerRef,
 };
-pub use kernel::{ArgFor, ArgsFor, ConstSlice, Kernel, KernelParam, Signature, Slice};
-pub use launch::{KernelArg, KernelArgs, LaunchConfig};
+pub use kernel::{
+    ArgFor, ArgsFor, ConstSlice, DependentKernel, Kernel, KernelParam, Signature, Slice,
+    WaitsForPredecessor,
+};
+pub use launch::{KernelArg, KernelArgs, LaunchAttributes, LaunchConfig};
 pub use module::{Function, Module};
 pub use observer::ReleaseObserver;
 pub use pinned::PinnedBuffer;

@@ -430,6 +430,31 @@ impl Stream {
         self.launch_via(None, kernel, config, args)
     }
 
+    /// Launches a [`DependentKernel`](crate::DependentKernel) as a programmatic dependent
+    /// launch: it may begin before the stream's previous kernel has ended, and waits for it
+    /// where its code says (`cudaGridDependencySynchronize()`). In a capture the edge from the
+    /// previous kernel's node is programmatic. Otherwise as [`launch`](Self::launch). Needs
+    /// compute capability 9.0 ([`Refusal::Attribute`](crate::Refusal::Attribute) before it).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::*;
+    /// # fn f(stream: &Stream, first: &Kernel<(*mut f32,)>, then: &DependentKernel<(*mut f32,)>, buf: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// stream.launch(first, LaunchConfig::for_num_elems(1024), buf)?;
+    /// stream.launch_dependent(then, LaunchConfig::for_num_elems(1024), buf)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn launch_dependent<K: crate::WaitsForPredecessor>(
+        &self,
+        kernel: &K,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<K::Sig>,
+    ) -> Result<()> {
+        let mut config = config;
+        config.attributes.programmatic = true;
+        self.launch_via(None, kernel.waiting_kernel(), config, args)
+    }
+
     /// [`launch`](Self::launch), recorded through `own` when the caller is a builder whose
     /// capture this stream records into (see [`OwnCapture`]).
     pub(crate) fn launch_via<S: crate::Signature>(
@@ -500,6 +525,9 @@ impl Stream {
             // SAFETY: the capture's dependencies are live nodes of its graph, whose tree is
             // locked and whose stream's slot is held (`rec`).
             unsafe { crate::definition::check_after_allocations(graph, &deps, refs.graph_uses()) }?;
+            if config.attributes.programmatic {
+                tree.programmatic = true;
+            }
             tree.keep(&function.module);
             for o in refs.owners.iter().copied() {
                 match o {
@@ -621,6 +649,9 @@ impl Stream {
             if tree.is_dead(own.graph) {
                 return Err(dead_capture());
             }
+            if config.attributes.programmatic {
+                tree.programmatic = true;
+            }
             tree.keep(&function.module);
             for o in owners {
                 match o {
@@ -659,6 +690,11 @@ impl Stream {
                 return unsafe { self.launch_uncaptured(function, config, params, owners, check) };
             }
             check(rec.capture.map(|(graph, _)| &**graph))?;
+            if config.attributes.programmatic {
+                if let Some(t) = rec.tree.as_deref_mut() {
+                    t.programmatic = true;
+                }
+            }
             rec.keep(&function.module);
             for o in owners {
                 match o {
@@ -714,6 +750,10 @@ impl Stream {
         config: &LaunchConfig,
         params: *mut *mut std::ffi::c_void,
     ) -> Result<()> {
+        if !config.attributes.is_empty() {
+            // SAFETY: the caller's promise above.
+            return unsafe { self.launch_with_attributes(function, config, params) };
+        }
         // SAFETY: the caller's promise above; the stream is live while `self` is.
         unsafe {
             driver::stream::launch_kernel(
@@ -724,6 +764,35 @@ impl Stream {
                 config.shared_mem_bytes,
                 self.raw(),
                 params,
+            )
+        }
+    }
+
+    /// [`launch_here`](Self::launch_here) of a launch with [`LaunchAttributes`]
+    /// (crate::LaunchAttributes): checked against the device and the kernel, then
+    /// `cuLaunchKernelEx`.
+    ///
+    /// # Safety
+    /// As [`launch_here`](Self::launch_here).
+    #[cold]
+    #[inline(never)]
+    unsafe fn launch_with_attributes(
+        &self,
+        function: &Function,
+        config: &LaunchConfig,
+        params: *mut *mut std::ffi::c_void,
+    ) -> Result<()> {
+        let attributes = crate::runtime::launch::check_attributes(function, config)?;
+        // SAFETY: the caller's promise (as `launch_here`); the attributes were checked above.
+        unsafe {
+            driver::launch::launch_kernel_ex(
+                function.raw,
+                config.grid,
+                config.block,
+                config.shared_mem_bytes,
+                self.raw(),
+                params,
+                attributes,
             )
         }
     }

@@ -48,6 +48,7 @@ fn every_node_kind_reads_back_what_was_set(gpu: &Gpu) -> TestResult {
         grid: (2, 1, 1),
         block: (32, 1, 1),
         shared_mem_bytes: 64,
+        ..LaunchConfig::single()
     };
     // SAFETY: add_one_at(int*, int) with i = 3 < 8; only thread 0 acts.
     let kernel =

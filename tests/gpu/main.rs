@@ -33,6 +33,8 @@ mod foundation;
 mod inspect;
 mod interop;
 mod kernels;
+#[cfg(feature = "nvrtc")]
+mod launch;
 mod memory;
 #[cfg(feature = "nccl")]
 mod nccl;
@@ -77,7 +79,7 @@ fn main() {
     let adapters: &[(&str, Needs, TestFn)] = &[];
     // The NVRTC tests exist with the `nvrtc` feature (the GPU bundle enables it).
     #[cfg(feature = "nvrtc")]
-    let compiled = nvrtc::TESTS;
+    let compiled = nvrtc::TESTS.iter().chain(launch::TESTS);
     #[cfg(not(feature = "nvrtc"))]
     let compiled: &[(&str, Needs, TestFn)] = &[];
     // The NCCL tests exist with the `nccl` feature.

@@ -59,6 +59,9 @@ pub enum Needs {
     /// libnvrtc (`Device::compile`).
     #[allow(dead_code)] // used by the `nvrtc` feature's tests only
     Nvrtc,
+    /// libnvrtc and compute capability 9.0 (clusters, programmatic dependent launch).
+    #[allow(dead_code)] // used by the `nvrtc` feature's tests only
+    Hopper,
     /// libnccl (`cuda_graph::nccl`), and at least this many devices.
     #[allow(dead_code)] // used by the `nccl` feature's tests only
     Nccl(usize),
@@ -93,6 +96,13 @@ pub fn unmet(gpu: &Gpu, needs: Needs) -> Option<String> {
         },
         #[cfg(not(feature = "nvrtc"))]
         Needs::Nvrtc => Some("GPU test skipped: built without the `nvrtc` feature".into()),
+        Needs::Hopper => {
+            if let Some(reason) = unmet(gpu, Needs::Nvrtc) {
+                return Some(reason);
+            }
+            let cc = gpu.device.compute_capability().ok()?;
+            (cc < (9, 0)).then(|| format!("needs compute capability 9.0 (this device: {}.{})", cc.0, cc.1))
+        }
         #[cfg(feature = "nccl")]
         Needs::Nccl(gpus) => {
             let present = Device::count().ok()?;

@@ -300,6 +300,12 @@ pub(crate) struct TreeState {
     /// an update's source with its nodes only while neither graph changed since
     /// ([`pairing`](super::pairing)).
     pub(crate) shape: u64,
+    /// Whether a programmatic edge was ever made in a graph of this tree (a dependent kernel
+    /// node, or a dependent launch captured). From then on, a kernel node that follows another
+    /// programmatically takes parameters only of a dependent kernel, and the edge is not
+    /// removed while both nodes live (`check_programmatic`, `destroy_node`, `remove_edge`):
+    /// an exec made earlier keeps the edge, whatever the definition does later.
+    pub(crate) programmatic: bool,
 }
 
 // The cache-line plan above (`GraphHandle` starts on a line: `repr(C, align(64))`). Loom's
