@@ -31,13 +31,15 @@ pub struct LaunchConfig {
 /// What a launch asks of the device beyond its grid (`CUlaunchAttribute`s): thread-block
 /// clusters, a priority, a cooperative grid. The same attributes apply to a stream launch
 /// (`cuLaunchKernelEx`), a captured launch and a kernel node of a definition (set on the node
-/// with `cuGraphKernelNodeSetAttribute`; [`GraphDefinition::kernel_attributes`] reads them back).
+/// with `cuGraphKernelNodeSetAttribute`; [`GraphDefinition::inspect`] and
+/// [`node_info`](crate::GraphDefinition::node_info) read them back in the node's
+/// [`KernelInfo::config`](crate::KernelInfo::config)).
 ///
 /// Each is checked against the device before the driver sees it, and refused with
 /// [`Refusal::Attribute`](crate::Refusal::Attribute), saying why. Programmatic dependent launch, whose safety depends on the kernel's code, is not an
 /// attribute here: see [`Kernel::dependent`](crate::Kernel::dependent).
 ///
-/// [`GraphDefinition::kernel_attributes`]: crate::GraphDefinition::kernel_attributes
+/// [`GraphDefinition::inspect`]: crate::GraphDefinition::inspect
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct LaunchAttributes {
@@ -751,8 +753,145 @@ impl<T: DeviceCopy> KernelArg for &mut DeviceBuffer<T> {
     }
 }
 
+/// Checks `config`'s attributes (a programmatic dependent launch among them) against the device and `function`, and returns them in the driver's terms (see
+/// [`LaunchAttributes`] for what is refused). Binds the function's context.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_attributes(
+    function: &super::Function,
+    config: &LaunchConfig,
+) -> crate::Result<crate::driver::launch::RawAttributes> {
+    use crate::driver::device::attribute;
+    use crate::error::{Error, Refusal};
+    use cudarc::driver::sys::CUdevice_attribute::*;
+    let refuse = |why: String| {
+        Err(Error::invalid(
+            Refusal::Attribute,
+            format!("kernel `{}`: {why}", function.name()),
+        ))
+    };
+    let ctx = &function.module.ctx;
+    ctx.bind()?;
+    let device = function.device;
+    let a = config.attributes;
+    let programmatic = a.programmatic;
+    let major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)?;
+    if let Some((x, y, z)) = a.cluster {
+        if major < 9 {
+            return refuse(format!(
+                "thread-block clusters need compute capability 9.0; this device has {major}.x"
+            ));
+        }
+        let (gx, gy, gz) = config.grid;
+        if x == 0 || y == 0 || z == 0 || gx % x != 0 || gy % y != 0 || gz % z != 0 {
+            return refuse(format!(
+                "a cluster of {:?} blocks does not divide the grid {:?}: each cluster dimension must be at least 1 and divide the grid's",
+                (x, y, z),
+                config.grid
+            ));
+        }
+        let blocks = u64::from(x) * u64::from(y) * u64::from(z);
+        if blocks > 8 {
+            return refuse(format!(
+                "a cluster of {blocks} blocks is more than the portable 8"
+            ));
+        }
+    }
+    if let Some(p) = a.priority {
+        // SAFETY: the context is bound above.
+        let (least, greatest) = unsafe { crate::driver::launch::priority_range(ctx) }?;
+        if p < greatest || p > least {
+            return refuse(format!(
+                "priority {p} is outside the context's range {greatest} (highest) ..= {least} (lowest)"
+            ));
+        }
+    }
+    if a.cooperative {
+        if attribute(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, device)? == 0 {
+            return refuse("this device cannot launch cooperative grids".into());
+        }
+        let threads =
+            u64::from(config.block.0) * u64::from(config.block.1) * u64::from(config.block.2);
+        let blocks = u64::from(config.grid.0) * u64::from(config.grid.1) * u64::from(config.grid.2);
+        let sms = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)?.max(0) as u64;
+        let per_sm = match u32::try_from(threads) {
+            // SAFETY: the function is live (its module is held by `function`) and its context
+            // is bound above.
+            Ok(t) => u64::from(unsafe {
+                crate::driver::launch::blocks_per_multiprocessor(
+                    function.raw,
+                    t,
+                    config.shared_mem_bytes,
+                )
+            }?),
+            Err(_) => 0,
+        };
+        if blocks > per_sm * sms {
+            return refuse(format!(
+                "a cooperative grid of {blocks} blocks does not fit the device at once: it holds {per_sm} blocks of {threads} threads per multiprocessor, {} in all",
+                per_sm * sms
+            ));
+        }
+    }
+    if programmatic && major < 9 {
+        return refuse(format!(
+            "programmatic dependent launch needs compute capability 9.0; this device has {major}.x"
+        ));
+    }
+    Ok(crate::driver::launch::RawAttributes {
+        cluster: a.cluster,
+        priority: a.priority,
+        cooperative: a.cooperative,
+        programmatic,
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn attributes_become_the_drivers_array() {
+        use cudarc::driver::sys::CUlaunchAttributeID::*;
+        let plain = LaunchConfig::single();
+        assert!(plain.attributes.is_empty());
+        assert_eq!(plain.attributes, LaunchAttributes::default());
+        let c = LaunchConfig::for_num_elems(1024)
+            .with_cluster((2, 1, 1))
+            .with_priority(-3)
+            .with_cooperative(true);
+        assert!(!c.attributes.is_empty() && !c.attributes.is_dependent());
+        let raw = crate::driver::launch::RawAttributes {
+            cluster: c.attributes.cluster,
+            priority: c.attributes.priority,
+            cooperative: c.attributes.cooperative,
+            programmatic: true,
+        };
+        let (array, n) = raw.to_array();
+        assert_eq!(n, 4);
+        let ids: Vec<_> = array[..n].iter().map(|a| a.id).collect();
+        assert_eq!(
+            ids,
+            [
+                CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                CU_LAUNCH_ATTRIBUTE_PRIORITY,
+                CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+                CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            ]
+        );
+        // SAFETY: each entry's value was written through the field its id names.
+        unsafe {
+            assert_eq!(array[0].value.clusterDim.x, 2);
+            assert_eq!(array[0].value.clusterDim.y, 1);
+            assert_eq!(array[1].value.priority, -3);
+            assert_eq!(array[2].value.cooperative, 1);
+            assert_eq!(array[3].value.programmaticStreamSerializationAllowed, 1);
+        }
+        let (_, none) = crate::driver::launch::RawAttributes::default().to_array();
+        assert_eq!(none, 0);
+        // SAFETY: no kernel is launched with it; the flag only.
+        let dependent = unsafe { LaunchConfig::single().with_dependent_launch() };
+        assert!(dependent.attributes.is_dependent() && !dependent.attributes.is_empty());
+    }
+
     use super::*;
 
     #[test]
@@ -1048,97 +1187,4 @@ mod tests {
         assert_eq!(LaunchConfig::for_num_elems(1000).grid.0, 4);
         assert_eq!(LaunchConfig::for_num_elems(0).grid.0, 1);
     }
-}
-
-/// Checks `config`'s attributes (a programmatic dependent launch among them) against the device and `function`, and returns them in the driver's terms (see
-/// [`LaunchAttributes`] for what is refused). Binds the function's context.
-#[cold]
-#[inline(never)]
-pub(crate) fn check_attributes(
-    function: &super::Function,
-    config: &LaunchConfig,
-) -> crate::Result<crate::driver::launch::RawAttributes> {
-    use crate::driver::device::attribute;
-    use crate::error::{Error, Refusal};
-    use cudarc::driver::sys::CUdevice_attribute::*;
-    let refuse = |why: String| {
-        Err(Error::invalid(
-            Refusal::Attribute,
-            format!("kernel `{}`: {why}", function.name()),
-        ))
-    };
-    let ctx = &function.module.ctx;
-    ctx.bind()?;
-    let device = function.device;
-    let a = config.attributes;
-    let programmatic = a.programmatic;
-    let major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)?;
-    if let Some((x, y, z)) = a.cluster {
-        if major < 9 {
-            return refuse(format!(
-                "thread-block clusters need compute capability 9.0; this device has {major}.x"
-            ));
-        }
-        let (gx, gy, gz) = config.grid;
-        if x == 0 || y == 0 || z == 0 || gx % x != 0 || gy % y != 0 || gz % z != 0 {
-            return refuse(format!(
-                "a cluster of {:?} blocks does not divide the grid {:?}: each cluster dimension must be at least 1 and divide the grid's",
-                (x, y, z),
-                config.grid
-            ));
-        }
-        let blocks = u64::from(x) * u64::from(y) * u64::from(z);
-        if blocks > 8 {
-            return refuse(format!(
-                "a cluster of {blocks} blocks is more than the portable 8"
-            ));
-        }
-    }
-    if let Some(p) = a.priority {
-        // SAFETY: the context is bound above.
-        let (least, greatest) = unsafe { crate::driver::launch::priority_range(ctx) }?;
-        if p < greatest || p > least {
-            return refuse(format!(
-                "priority {p} is outside the context's range {greatest} (highest) ..= {least} (lowest)"
-            ));
-        }
-    }
-    if a.cooperative {
-        if attribute(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, device)? == 0 {
-            return refuse("this device cannot launch cooperative grids".into());
-        }
-        let threads =
-            u64::from(config.block.0) * u64::from(config.block.1) * u64::from(config.block.2);
-        let blocks = u64::from(config.grid.0) * u64::from(config.grid.1) * u64::from(config.grid.2);
-        let sms = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)?.max(0) as u64;
-        let per_sm = match u32::try_from(threads) {
-            // SAFETY: the function is live (its module is held by `function`) and its context
-            // is bound above.
-            Ok(t) => u64::from(unsafe {
-                crate::driver::launch::blocks_per_multiprocessor(
-                    function.raw,
-                    t,
-                    config.shared_mem_bytes,
-                )
-            }?),
-            Err(_) => 0,
-        };
-        if blocks > per_sm * sms {
-            return refuse(format!(
-                "a cooperative grid of {blocks} blocks does not fit the device at once: it holds {per_sm} blocks of {threads} threads per multiprocessor, {} in all",
-                per_sm * sms
-            ));
-        }
-    }
-    if programmatic && major < 9 {
-        return refuse(format!(
-            "programmatic dependent launch needs compute capability 9.0; this device has {major}.x"
-        ));
-    }
-    Ok(crate::driver::launch::RawAttributes {
-        cluster: a.cluster,
-        priority: a.priority,
-        cooperative: a.cooperative,
-        programmatic,
-    })
 }

@@ -224,6 +224,13 @@ fn clusters_run_and_read_back_in_every_front_end(gpu: &Gpu) -> TestResult {
     Ok(())
 }
 
+/// A launch of `grid_total` on its three buffers, made one way or another.
+type TotalLaunch<'a> = &'a dyn Fn(
+    &DeviceBuffer<i32>,
+    &DeviceBuffer<u32>,
+    &DeviceBuffer<i32>,
+) -> cuda_graph::Result<()>;
+
 fn cooperative_grids_synchronise_as_a_whole(gpu: &Gpu) -> TestResult {
     let k = kernels(gpu)?;
     let sms = 16u32;
@@ -231,13 +238,7 @@ fn cooperative_grids_synchronise_as_a_whole(gpu: &Gpu) -> TestResult {
     let cfg = grid(blocks, 64).with_cooperative(true);
     let total: i32 = (0..blocks as i32).sum();
     let s = gpu.stream();
-    let run = |how: &str,
-               launch: &dyn Fn(
-        &DeviceBuffer<i32>,
-        &DeviceBuffer<u32>,
-        &DeviceBuffer<i32>,
-    ) -> cuda_graph::Result<()>|
-     -> TestResult {
+    let run = |how: &str, launch: TotalLaunch<'_>| -> TestResult {
         let (sum, arrived, out) = (
             gpu.device.alloc_zeroed::<i32>(1)?,
             gpu.device.alloc_zeroed::<u32>(1)?,
