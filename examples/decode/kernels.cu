@@ -12,6 +12,17 @@ cudaGraphSetConditional(unsigned long long handle, unsigned int value);
 
 typedef unsigned long long u64;
 
+// Programmatic dependent launch (the module compiled with -DPDL, for `--pdl on`): each kernel of
+// the fused step lets the next one begin at once, then waits, before its first access to global
+// memory, until the kernel before it has ended and its writes are visible. The next kernel's
+// launch and prologue then overlap this one's tail. Without PDL both are nothing.
+__device__ __forceinline__ void pdl_entry() {
+#if defined(PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // The largest head the attention kernel takes (the configurations use 64 and 128).
 #define MAX_HEAD_DIM 128
 
@@ -36,6 +47,7 @@ extern "C" __global__ void fill(float* w, u64 n, float v) {
 // x = table[tokens[pos]] (one row of d).
 extern "C" __global__ void embed(const float* table, const int* tokens, const int* pos,
                                  float* x, int d) {
+    pdl_entry();
     const float* row = table + (u64)tokens[*pos] * d;
     for (int i = threadIdx.x; i < d; i += blockDim.x) x[i] = row[i];
 }
@@ -282,6 +294,7 @@ __device__ void norm_to_shared(const float* __restrict__ x, const float* __restr
 extern "C" __global__ void rms_gemv(const float* __restrict__ w, const float* __restrict__ x,
                                     const float* __restrict__ norm_w, float* __restrict__ y,
                                     int rows, int cols) {
+    pdl_entry();
     extern __shared__ float4 xn4[];
     __shared__ float red[33];
     norm_to_shared(x, norm_w, (float*)xn4, cols, red);
@@ -299,6 +312,7 @@ extern "C" __global__ void rms_gate_up_silu(const float* __restrict__ w,
                                             const float* __restrict__ x,
                                             const float* __restrict__ norm_w,
                                             float* __restrict__ act, int mlp, int cols) {
+    pdl_entry();
     extern __shared__ float4 xn4[];
     __shared__ float red[33];
     norm_to_shared(x, norm_w, (float*)xn4, cols, red);
@@ -316,6 +330,7 @@ extern "C" __global__ void rms_gate_up_silu(const float* __restrict__ w,
 // its element, and a is not x.
 extern "C" __global__ void gemv_residual(const float* __restrict__ w, const float* __restrict__ a,
                                          float* __restrict__ x, int rows, int cols) {
+    pdl_entry();
     int lane = threadIdx.x % 32, n4 = cols / 4;
     int warps = blockDim.x / 32, all_warps = gridDim.x * warps;
     for (int r = blockIdx.x * warps + threadIdx.x / 32; r < rows; r += all_warps) {
@@ -335,6 +350,7 @@ extern "C" __global__ void rope_attention(const float* __restrict__ qkv, const i
                                           float* k_cache, float* v_cache,
                                           float* __restrict__ out, int d, int head_dim,
                                           int max_t) {
+    pdl_entry();
     extern __shared__ float scores[];
     __shared__ float q[MAX_HEAD_DIM];
     __shared__ float red[33];
@@ -483,6 +499,7 @@ extern "C" __global__ void lm_head_argmax(const float* __restrict__ w, const flo
                                           const float* __restrict__ norm_w, int vocab, int cols,
                                           float* part_v, int* part_i, int* tokens, int* pos,
                                           int prompt_len, int max_t) {
+    pdl_entry();
     extern __shared__ float4 xn4[];
     lm_head_argmax_step(w, x, norm_w, vocab, cols, part_v, part_i, tokens, pos, prompt_len,
                         max_t, xn4);
@@ -497,6 +514,7 @@ extern "C" __global__ void lm_head_argmax_while(const float* __restrict__ w,
                                                 int cols, float* part_v, int* part_i,
                                                 int* tokens, int* pos, int prompt_len, int max_t,
                                                 unsigned long long handle) {
+    pdl_entry();
     extern __shared__ float4 xn4[];
     int p = lm_head_argmax_step(w, x, norm_w, vocab, cols, part_v, part_i, tokens, pos,
                                 prompt_len, max_t, xn4);

@@ -11,7 +11,7 @@
 //!    is full (the steps left over run before the loop, in the same graph).
 //!
 //! ```text
-//! cargo run --release --example decode --features nvrtc [-- tiny|small|all [RUNS] [--kernels cublas|fused|both]]
+//! cargo run --release --example decode --features nvrtc [-- tiny|small|all [RUNS] [--kernels cublas|fused|both] [--pdl on|off]]
 //! ```
 //!
 //! Per layer: RMSNorm, fused QKV projection, rotary embedding with the K/V cache append,
@@ -25,6 +25,10 @@
 //! - **fused** — typed [`Kernel`]s only, no cuBLAS: each RMSNorm folded into the GEMV that reads
 //!   it, the SiLU into the gate/up GEMV, each residual into its GEMV, the rotary embedding and the
 //!   cache append into the attention, the argmax into the LM head; 2 + 5 · layers kernels.
+//! - **fused+pdl** — the fused kernels as programmatic dependent launches
+//!   ([`Stream::launch_dependent`], on by default on compute capability 9.0, `--pdl off` to
+//!   skip): each kernel lets the next begin at once and waits for the one before it before it
+//!   touches global memory (compiled with `-DPDL`), so launch gaps overlap kernel tails.
 //!
 //! fp32, batch 1, a 16-token prompt fed token by token, 256 tokens generated. The four modes
 //! must generate the same tokens within a kernel set; the two sets sum in different orders, so
@@ -43,7 +47,7 @@ use std::time::Instant;
 
 use cuda_graph::prelude::*;
 
-use cuda_graph::EventOptions;
+use cuda_graph::{DependentKernel, EventOptions};
 use cudarc::cublas::{result as blas, sys as blas_sys};
 
 const KERNELS: &str = include_str!("kernels.cu");
@@ -111,7 +115,7 @@ impl Config {
         condition
             + match set {
                 KernelSet::Cublas => 1 + self.layers * 9 + 3,
-                KernelSet::Fused => 1 + self.layers * 5 + 1,
+                KernelSet::Fused | KernelSet::FusedPdl => 1 + self.layers * 5 + 1,
             } as f64
     }
 }
@@ -123,6 +127,9 @@ enum KernelSet {
     Cublas,
     /// NVRTC kernels only, norms, activations, residuals and the argmax fused into the GEMVs.
     Fused,
+    /// The fused kernels as programmatic dependent launches (`--pdl on`, compute capability
+    /// 9.0): each may begin while the one before it ends.
+    FusedPdl,
 }
 
 impl KernelSet {
@@ -130,6 +137,7 @@ impl KernelSet {
         match self {
             KernelSet::Cublas => "cublas",
             KernelSet::Fused => "fused",
+            KernelSet::FusedPdl => "fused+pdl",
         }
     }
 }
@@ -219,7 +227,8 @@ fn rows_launch(rows: usize, shared_floats: usize) -> Result<LaunchConfig, Box<dy
 #[derive(Clone, Copy)]
 enum Path<'a> {
     Cublas(&'a Cublas),
-    Fused(&'a Fused),
+    /// The fused kernels' launches, and their dependent forms where they are launched so.
+    Fused(&'a Fused, Option<&'a PdlKernels>),
 }
 
 impl Path<'_> {
@@ -227,13 +236,14 @@ impl Path<'_> {
     fn on(&self, stream: &Stream) -> Result<(), Box<dyn Error>> {
         match self {
             Path::Cublas(blas) => blas.on(stream),
-            Path::Fused(_) => Ok(()),
+            Path::Fused(..) => Ok(()),
         }
     }
 }
 
 /// `rope_attention(qkv, pos, k_cache, v_cache, out, d, head_dim, max_t)`.
-type RopeAttention = Kernel<(
+type RopeAttention = Kernel<RopeAttentionSig>;
+type RopeAttentionSig = (
     *const f32,
     *const i32,
     *mut f32,
@@ -242,9 +252,10 @@ type RopeAttention = Kernel<(
     i32,
     i32,
     i32,
-)>;
+);
 /// `lm_head_argmax(w, x, norm_w, vocab, cols, part_v, part_i, tokens, pos, prompt_len, max_t)`.
-type LmHeadArgmax = Kernel<(
+type LmHeadArgmax = Kernel<LmHeadArgmaxSig>;
+type LmHeadArgmaxSig = (
     *const f32,
     *const f32,
     *const f32,
@@ -256,9 +267,10 @@ type LmHeadArgmax = Kernel<(
     *mut i32,
     i32,
     i32,
-)>;
+);
 /// `lm_head_argmax_while`: `lm_head_argmax`'s parameters and the WHILE node's handle.
-type LmHeadArgmaxWhile = Kernel<(
+type LmHeadArgmaxWhile = Kernel<LmHeadArgmaxWhileSig>;
+type LmHeadArgmaxWhileSig = (
     *const f32,
     *const f32,
     *const f32,
@@ -271,7 +283,7 @@ type LmHeadArgmaxWhile = Kernel<(
     i32,
     i32,
     ConditionalHandle,
-)>;
+);
 
 /// The typed kernels.
 struct Kernels {
@@ -307,6 +319,22 @@ struct Kernels {
     lm_head_argmax: LmHeadArgmax,
     /// `lm_head_argmax` ending a WHILE body: it also sets the loop's condition.
     lm_head_argmax_while: LmHeadArgmaxWhile,
+}
+
+/// `(w, x, norm_w, y, rows, cols)`: `rms_gemv` and `rms_gate_up_silu`.
+type RmsGemvSig = (*const f32, *const f32, *const f32, *mut f32, i32, i32);
+
+/// The fused step's kernels from the module compiled with `-DPDL` (`--pdl on`): each waits for
+/// the kernel before it before touching global memory (`pdl_entry` in kernels.cu), so each may
+/// be a programmatic dependent launch.
+struct PdlKernels {
+    embed: DependentKernel<(*const f32, *const i32, *const i32, *mut f32, i32)>,
+    rms_gemv: DependentKernel<RmsGemvSig>,
+    rms_gate_up_silu: DependentKernel<RmsGemvSig>,
+    gemv_residual: DependentKernel<(*const f32, *const f32, *mut f32, i32, i32)>,
+    rope_attention: DependentKernel<RopeAttentionSig>,
+    lm_head_argmax: DependentKernel<LmHeadArgmaxSig>,
+    lm_head_argmax_while: DependentKernel<LmHeadArgmaxWhileSig>,
 }
 
 struct Layer {
@@ -485,7 +513,7 @@ impl Model {
     fn step(&self, k: &Kernels, path: Path<'_>, s: &Stream) -> Result<(), Box<dyn Error>> {
         match path {
             Path::Cublas(blas) => self.step_cublas(k, blas, s),
-            Path::Fused(f) => self.step_fused(k, f, s, None),
+            Path::Fused(f, pdl) => self.step_fused(k, f, pdl, s, None),
         }
     }
 
@@ -509,7 +537,7 @@ impl Model {
                 )?;
                 Ok(())
             }
-            Path::Fused(f) => self.step_fused(k, f, s, Some(h)),
+            Path::Fused(f, pdl) => self.step_fused(k, f, pdl, s, Some(h)),
         }
     }
 
@@ -519,24 +547,34 @@ impl Model {
         &self,
         k: &Kernels,
         f: &Fused,
+        pdl: Option<&PdlKernels>,
         s: &Stream,
         until: Option<ConditionalHandle>,
     ) -> Result<(), Box<dyn Error>> {
+        // Each launch plain, or as a dependent launch of the kernel's waiting form.
+        macro_rules! go {
+            ($name:ident, $cfg:expr, $args:expr) => {
+                match pdl {
+                    Some(p) => s.launch_dependent(&p.$name, $cfg, $args),
+                    None => s.launch(&k.$name, $cfg, $args),
+                }
+            };
+        }
         let c = self.cfg;
         let (d, hd, mlp) = (c.d as i32, c.head_dim() as i32, c.mlp as i32);
-        s.launch(
-            &k.embed,
+        go!(
+            embed,
             cfg1(256),
-            (&self.embedding, &self.tokens, &self.pos, &self.x, d),
+            (&self.embedding, &self.tokens, &self.pos, &self.x, d)
         )?;
         for l in &self.layers {
-            s.launch(
-                &k.rms_gemv,
+            go!(
+                rms_gemv,
                 f.qkv,
-                (&l.wqkv, &self.x, &l.attn_norm, &self.qkv, 3 * d, d),
+                (&l.wqkv, &self.x, &l.attn_norm, &self.qkv, 3 * d, d)
             )?;
-            s.launch(
-                &k.rope_attention,
+            go!(
+                rope_attention,
                 f.attention,
                 (
                     &self.qkv,
@@ -547,18 +585,18 @@ impl Model {
                     d,
                     hd,
                     MAX_T as i32,
-                ),
+                )
             )?;
-            s.launch(&k.gemv_residual, f.wo, (&l.wo, &self.attn, &self.x, d, d))?;
-            s.launch(
-                &k.rms_gate_up_silu,
+            go!(gemv_residual, f.wo, (&l.wo, &self.attn, &self.x, d, d))?;
+            go!(
+                rms_gate_up_silu,
                 f.gate_up,
-                (&l.w_gate_up, &self.x, &l.mlp_norm, &self.act, mlp, d),
+                (&l.w_gate_up, &self.x, &l.mlp_norm, &self.act, mlp, d)
             )?;
-            s.launch(
-                &k.gemv_residual,
+            go!(
+                gemv_residual,
                 f.down,
-                (&l.w_down, &self.act, &self.x, d, mlp),
+                (&l.w_down, &self.act, &self.x, d, mlp)
             )?;
         }
         let blocks = f.lm_head.grid.0 as usize;
@@ -569,15 +607,15 @@ impl Model {
         let (pv, pi, tokens, pos) = (&self.part_v, &self.part_i, &self.tokens, &self.pos);
         let (prompt, max_t) = (PROMPT as i32, MAX_T as i32);
         match until {
-            None => s.launch(
-                &k.lm_head_argmax,
+            None => go!(
+                lm_head_argmax,
                 f.lm_head,
-                (w, x, norm, vocab, d, pv, pi, tokens, pos, prompt, max_t),
+                (w, x, norm, vocab, d, pv, pi, tokens, pos, prompt, max_t)
             )?,
-            Some(h) => s.launch(
-                &k.lm_head_argmax_while,
+            Some(h) => go!(
+                lm_head_argmax_while,
                 f.lm_head,
-                (w, x, norm, vocab, d, pv, pi, tokens, pos, prompt, max_t, h),
+                (w, x, norm, vocab, d, pv, pi, tokens, pos, prompt, max_t, h)
             )?,
         }
         Ok(())
@@ -805,17 +843,33 @@ struct Args {
     configs: Vec<Config>,
     runs: usize,
     sets: Vec<KernelSet>,
+    /// `--pdl on|off`; `None`: on where the device has compute capability 9.0.
+    pdl: Option<bool>,
 }
 
-const USAGE: &str = "usage: decode [tiny|small|all] [RUNS] [--kernels cublas|fused|both]";
+const USAGE: &str =
+    "usage: decode [tiny|small|all] [RUNS] [--kernels cublas|fused|both] [--pdl on|off]";
 
 impl Args {
     fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, Box<dyn Error>> {
         let mut positional = Vec::new();
         let mut kernels: Option<String> = None;
+        let mut pdl = None;
         let mut args = args.into_iter();
         while let Some(a) = args.next() {
-            if a == "--kernels" {
+            if a == "--pdl" || a.starts_with("--pdl=") {
+                let v = match a.strip_prefix("--pdl=") {
+                    Some(v) => v.to_string(),
+                    None => args
+                        .next()
+                        .ok_or_else(|| format!("--pdl needs on or off; {USAGE}"))?,
+                };
+                pdl = Some(match v.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--pdl takes on or off, not {other:?}; {USAGE}").into()),
+                });
+            } else if a == "--kernels" {
                 kernels = Some(
                     args.next()
                         .ok_or_else(|| format!("--kernels needs a value; {USAGE}"))?,
@@ -854,6 +908,7 @@ impl Args {
             configs,
             runs,
             sets,
+            pdl,
         })
     }
 }
@@ -862,7 +917,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     let Args {
         configs,
         runs,
-        sets,
+        mut sets,
+        pdl,
     } = Args::parse(std::env::args().skip(1))?;
     let device = Device::new(0)?;
     let use_cublas = sets.contains(&KernelSet::Cublas);
@@ -878,6 +934,38 @@ fn run() -> Result<(), Box<dyn Error>> {
     }
     let (major, minor) = device.compute_capability()?;
     let module = device.compile_with(KERNELS, &["-std=c++17", "-default-device"])?;
+    // The fused set again as dependent launches, where the device can (compute capability 9.0).
+    let pdl = match pdl {
+        Some(true) if major < 9 => {
+            return Err(format!("--pdl on needs compute capability 9.0; this device is sm_{major}{minor}").into())
+        }
+        Some(on) => on,
+        None => major >= 9,
+    };
+    if pdl {
+        if let Some(i) = sets.iter().position(|s| *s == KernelSet::Fused) {
+            sets.insert(i + 1, KernelSet::FusedPdl);
+        }
+    }
+    let pdl_kernels = if sets.contains(&KernelSet::FusedPdl) {
+        let m = device.compile_with(KERNELS, &["-std=c++17", "-default-device", "-DPDL"])?;
+        // SAFETY: as for `k` below, the parameter lists of kernels.cu; compiled with PDL, each
+        // of these kernels begins with `pdl_entry`, which waits for the kernel before it
+        // (`griddepcontrol.wait`) before its first access to global memory.
+        Some(unsafe {
+            PdlKernels {
+                embed: m.kernel("embed")?.dependent(),
+                rms_gemv: m.kernel("rms_gemv")?.dependent(),
+                rms_gate_up_silu: m.kernel("rms_gate_up_silu")?.dependent(),
+                gemv_residual: m.kernel("gemv_residual")?.dependent(),
+                rope_attention: m.kernel("rope_attention")?.dependent(),
+                lm_head_argmax: m.kernel("lm_head_argmax")?.dependent(),
+                lm_head_argmax_while: m.kernel("lm_head_argmax_while")?.dependent(),
+            }
+        })
+    } else {
+        None
+    };
     // SAFETY: these are the parameter lists of kernels.cu. Each kernel stays within the sizes
     // the model gives it (`Model::step` passes the buffers those sizes were made for; the fused
     // launches are `Fused`'s, checked against the configuration).
@@ -946,13 +1034,18 @@ fn run() -> Result<(), Box<dyn Error>> {
         }
         let model = Model::new(&device, &k, cfg, &bench.stream)?;
         let mut checksums = Vec::new();
+        let mut fused_tokens: Option<Vec<i32>> = None;
         for &set in &sets {
             let fused;
             let path = match set {
                 KernelSet::Cublas => Path::Cublas(blas.as_ref().ok_or("cuBLAS was not set up")?),
                 KernelSet::Fused => {
                     fused = Fused::new(&cfg)?;
-                    Path::Fused(&fused)
+                    Path::Fused(&fused, None)
+                }
+                KernelSet::FusedPdl => {
+                    fused = Fused::new(&cfg)?;
+                    Path::Fused(&fused, Some(pdl_kernels.as_ref().ok_or("no PDL kernels")?))
                 }
             };
             // The tokens every mode of this set must generate: eager's.
@@ -1009,6 +1102,18 @@ fn run() -> Result<(), Box<dyn Error>> {
             }
             if let Some(tokens) = &reference {
                 checksums.push(format!("{} {:016x}", set.name(), checksum(tokens)));
+                // The same kernels as dependent launches: the same tokens.
+                match set {
+                    KernelSet::Fused => fused_tokens = Some(tokens.clone()),
+                    KernelSet::FusedPdl if fused_tokens.as_ref().is_some_and(|f| f != tokens) => {
+                        return Err(format!(
+                            "{}: the fused kernels generated other tokens as dependent launches",
+                            cfg.name
+                        )
+                        .into())
+                    }
+                    _ => {}
+                }
             }
         }
         let limit = 3.35e12 / cfg.weight_bytes() as f64;
@@ -1019,7 +1124,7 @@ fn run() -> Result<(), Box<dyn Error>> {
             limit
         );
         println!(
-            "# {}: checksums {} (the same in all four modes of a set; the sets sum in different orders)",
+            "# {}: checksums {} (the same in all four modes of a set, and with and without PDL; the sets sum in different orders)",
             cfg.name,
             checksums.join(", ")
         );
