@@ -97,8 +97,8 @@ pub use definition::{
 pub use driver::{driver_version, DriverVersion};
 pub use error::{DriverError, Error, InstantiateFailure, Refusal, Refused, Result, UpdateFailure};
 pub use graph::{
-    CacheOutcome, DeviceGraph, DotDetail, Graph, GraphCache, GraphDebugPrintOptions,
-    InstantiateOptions,
+    CacheOutcome, DeviceGraph, DotDetail, Graph, GraphCache, GraphDebugPrintOptions, GraphSet,
+    GraphSetStats, InstantiateOptions,
 };
 pub use runtime::ConstSlice;
 pub use runtime::{

@@ -867,7 +867,9 @@ impl Args {
                 pdl = Some(match v.as_str() {
                     "on" => true,
                     "off" => false,
-                    other => return Err(format!("--pdl takes on or off, not {other:?}; {USAGE}").into()),
+                    other => {
+                        return Err(format!("--pdl takes on or off, not {other:?}; {USAGE}").into())
+                    }
                 });
             } else if a == "--kernels" {
                 kernels = Some(
@@ -937,7 +939,10 @@ fn run() -> Result<(), Box<dyn Error>> {
     // The fused set again as dependent launches, where the device can (compute capability 9.0).
     let pdl = match pdl {
         Some(true) if major < 9 => {
-            return Err(format!("--pdl on needs compute capability 9.0; this device is sm_{major}{minor}").into())
+            return Err(format!(
+                "--pdl on needs compute capability 9.0; this device is sm_{major}{minor}"
+            )
+            .into())
         }
         Some(on) => on,
         None => major >= 9,

@@ -18,6 +18,7 @@ mod cache;
 mod debug;
 mod device_graph;
 mod options;
+mod set;
 pub(crate) mod state;
 pub use cache::{CacheOutcome, GraphCache};
 pub(crate) use debug::dot_print;
@@ -25,6 +26,7 @@ pub use debug::{DotDetail, GraphDebugPrintOptions};
 pub use device_graph::DeviceGraph;
 use device_graph::DeviceLaunchKeep;
 pub use options::InstantiateOptions;
+pub use set::{GraphSet, GraphSetStats};
 pub(crate) use state::ExecState;
 use state::{release_unused, Caller, GraphMemoryUser, InstantiatedNodes};
 

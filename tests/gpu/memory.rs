@@ -30,7 +30,8 @@ crate::gpu_tests! {
         event_timing,
         a_free_of_another_graphs_allocation_is_a_foreign_graph_refusal,
         the_graph_memory_and_free_async_doc_examples_run,
-        updates_between_graphs_with_memory_nodes_are_refused;
+        updates_between_graphs_with_memory_nodes_are_refused,
+        graph_sets_capture_once_per_key_and_evict_safely;
 }
 
 const N: i32 = 1000;
@@ -728,5 +729,68 @@ fn updates_between_graphs_with_memory_nodes_are_refused(gpu: &Gpu) -> TestResult
             .is_ok_and(|u| u.used_current <= before)),
         "the execs freed what their launches left allocated"
     );
+    Ok(())
+}
+
+/// A `GraphSet` keyed by a value to add: each key captured once, the least recently used exec
+/// evicted past the bound, a failed capture kept out; and an exec evicted (and the pool trimmed)
+/// while its launch, which uses graph memory, still runs behind a spin: its result still lands.
+fn graph_sets_capture_once_per_key_and_evict_safely(gpu: &Gpu) -> TestResult {
+    use cuda_graph::GraphSet;
+    let out = gpu.device.alloc_zeroed::<i32>(N as usize)?;
+    let total = gpu.device.alloc_zeroed::<i32>(1)?;
+    let s = gpu.stream();
+    let mut set = GraphSet::new(InstantiateOptions::default()).with_max_entries(2)?;
+    let capture = |v: i32| -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+        let b = s.create_graph_builder().begin_building(ThreadLocal)?;
+        // SAFETY: affine(int* p, int m, int b) on total[0].
+        unsafe {
+            b.launch_unchecked(&gpu.f("affine"), one(), &args![&total, 1i32, v])?;
+        }
+        b.end_building()
+    };
+    for key in [1, 2, 1, 3, 1, 2] {
+        set.get_or_capture(key, || capture(key))?.launch(&s)?;
+    }
+    s.synchronize()?;
+    assert_eq!(total.to_vec()?, [10]);
+    let st = set.stats();
+    println!("    {st:?}");
+    assert_eq!(
+        (st.captures, st.hits, st.evictions, st.instantiations),
+        (4, 2, 2, 4)
+    );
+    assert_eq!(set.len(), 2);
+    assert!(set.contains(&1) && set.contains(&2) && !set.contains(&3));
+    // A capture that fails keeps nothing, and the set goes on.
+    let failed = set.get_or_capture(9, || -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+        Err(Error::invalid(Refusal::Size, "no such shape"))
+    });
+    assert!(failed.is_err() && !set.contains(&9) && set.len() == 2);
+    // Eviction while the exec runs: a spin, then scratch graph memory filled and copied out.
+    let mut scratch = GraphSet::new(InstantiateOptions::default()).with_max_entries(1)?;
+    let slow = |v: i32| -> cuda_graph::Result<GraphBuilder<Primary, Ended>> {
+        let b = s.create_graph_builder().begin_building(ThreadLocal)?;
+        let mem = b.alloc_async(N as usize * 4)?;
+        // SAFETY: spin(ns); fill(int*, int, int) and copy_i32(const int*, int*, int) over N
+        // ints of `mem` (between its allocation and free) and `out`.
+        unsafe {
+            b.launch_unchecked(&gpu.f("spin"), one(), &args![200_000_000u64])?;
+            b.launch_unchecked(&gpu.f("fill"), cfg(), &args![&mem, N, v])?;
+            b.launch_unchecked(&gpu.f("copy_i32"), cfg(), &args![&mem, &out, N])?;
+        }
+        b.free_async(mem)?;
+        b.end_building()
+    };
+    scratch.get_or_capture(5, || slow(5))?.launch(&s)?;
+    // Another key evicts the running exec; the pool is trimmed meanwhile.
+    scratch.get_or_capture(6, || slow(6))?;
+    assert_eq!(scratch.stats().evictions, 1);
+    gpu.device.trim_graph_memory()?;
+    s.synchronize()?;
+    assert_eq!(out.to_vec()?, vec![5; N as usize]);
+    scratch.launch(&6, &s)?;
+    s.synchronize()?;
+    assert_eq!(out.to_vec()?, vec![6; N as usize]);
     Ok(())
 }
