@@ -33,7 +33,6 @@ pub use inspect::{
     ChildGraphInfo, ConditionalInfo, EventInfo, HostInfo, KernelInfo, MemAllocInfo, MemFreeInfo,
     MemcpyInfo, MemoryKind, MemsetInfo, NodeInfo, ReadBack,
 };
-pub(crate) use memory::{capture_dependencies, check_after_allocations, note_users};
 pub use memory::{GraphAllocation, GraphBuffer, MemAllocOptions, PeerAccess};
 pub use memset::{Memset2d, MemsetValue};
 pub use node::{GraphNode, NodeType};

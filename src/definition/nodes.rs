@@ -334,9 +334,9 @@ impl GraphDefinition {
                     } else {
                         std::slice::from_raw_parts(d, n)
                     };
-                    super::memory::check_after_allocations(graph, d, uses)
+                    crate::driver::graph::ledger::check_after_allocations(graph, d, uses)
                 },
-                |tree, node| super::memory::note_users(tree, node.raw, uses),
+                |tree, node| crate::driver::graph::ledger::note_users(tree, node.raw, uses),
             )
         }
     }

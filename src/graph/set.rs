@@ -317,24 +317,4 @@ mod tests {
             .unwrap();
         assert_eq!(s.max_entries(), Some(3));
     }
-
-    #[test]
-    fn a_failed_capture_keeps_nothing() {
-        let mut s = GraphSet::<u8>::new(InstantiateOptions::default());
-        let r = s.get_or_capture(1, || -> Result<crate::GraphDefinition> {
-            Err(Error::invalid(
-                Refusal::Size,
-                "the kernels take no batch of 1",
-            ))
-        });
-        assert!(r.is_err());
-        assert!(s.is_empty() && !s.contains(&1));
-        let stats = s.stats();
-        assert_eq!(
-            (stats.captures, stats.failures, stats.instantiations),
-            (1, 1, 0)
-        );
-        let mut stream_less = GraphSet::<u8>::new(InstantiateOptions::default());
-        assert!(stream_less.remove(&1).is_none());
-    }
 }

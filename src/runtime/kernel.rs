@@ -268,13 +268,7 @@ impl<T: DeviceCopy> sealed::ArgFor<ConstSlice<T>> for &mut DeviceBuffer<T> {
 }
 impl<T: DeviceCopy> ArgFor<ConstSlice<T>> for &mut DeviceBuffer<T> {}
 
-/// A kernel argument's use of graph memory ([`GraphBuffer`](crate::GraphBuffer)): the graph and
-/// its allocation node (raw handle).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GraphUse {
-    pub(crate) graph: u64,
-    pub(crate) alloc: usize,
-}
+pub(crate) use crate::driver::graph::ledger::GraphUse;
 
 /// The bytes of a `Slice<T>` or `ConstSlice<T>` argument pushed as a value (the untyped path
 /// of typed arguments).

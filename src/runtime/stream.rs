@@ -521,10 +521,10 @@ impl Stream {
                 ));
             };
             let stream = self.raw();
-            let deps = crate::definition::capture_dependencies(stream)?;
+            let deps = crate::driver::graph::ledger::capture_dependencies(stream)?;
             // SAFETY: the capture's dependencies are live nodes of its graph, whose tree is
             // locked and whose stream's slot is held (`rec`).
-            unsafe { crate::definition::check_after_allocations(graph, &deps, refs.graph_uses()) }?;
+            unsafe { crate::driver::graph::ledger::check_after_allocations(graph, &deps, refs.graph_uses()) }?;
             if config.attributes.programmatic {
                 tree.programmatic = true;
             }
@@ -541,9 +541,9 @@ impl Stream {
             // `Kernel`'s maker promised its signature and bounds, and the graph memory among the
             // arguments exists when the node runs (checked above, and at its free).
             unsafe { self.launch_here(function, config, params) }?;
-            match crate::definition::capture_dependencies(stream)?.as_slice() {
+            match crate::driver::graph::ledger::capture_dependencies(stream)?.as_slice() {
                 [node] => {
-                    crate::definition::note_users(tree, *node as usize, refs.graph_uses());
+                    crate::driver::graph::ledger::note_users(tree, *node as usize, refs.graph_uses());
                     Ok(())
                 }
                 // The launch is in the graph, but its node cannot be named: the free node could

@@ -9,6 +9,7 @@
 use cudarc::driver::sys;
 
 mod calls;
+pub(crate) mod ledger;
 mod node_table;
 pub(crate) mod pairing;
 mod tree;
