@@ -102,10 +102,10 @@ pub use graph::{
 };
 pub use runtime::ConstSlice;
 pub use runtime::{
-    ArgFor, ArgsFor, DependentKernel, Device, DeviceBuffer, DeviceCopy, Event, EventOptions,
-    Function, GraphMemoryUsage, Kernel, KernelArg, KernelArgs, KernelParam, LaunchAttributes,
-    LaunchConfig, Module, PinnedBuffer, ReleaseObserver, Signature, Slice, Stream,
-    WaitsForPredecessor,
+    ArgFor, ArgsFor, Copy3d, DependentKernel, Device, DeviceBuffer, DeviceCopy, Event,
+    EventOptions, Function, GraphMemoryUsage, Kernel, KernelArg, KernelArgs, KernelParam,
+    LaunchAttributes, LaunchConfig, Module, PinnedBuffer, ReleaseObserver, Signature, Slice,
+    Stream, WaitsForPredecessor,
 };
 
 /// What a program writes daily: `use cuda_graph::prelude::*;` — devices, streams, buffers,

@@ -263,6 +263,28 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         self.core.stream.memcpy_dtod(dst, src)
     }
 
+    /// Records a copy of a 2D or 3D `region` of `src` into `dst` ([`Stream::memcpy_3d`]): a
+    /// memcpy node.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::Copy3d;
+    /// # fn f(b: &GraphBuilder<Primary, Capturing<Global>>, image: &DeviceBuffer<f32>, tile: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// b.memcpy_3d(tile, image, Copy3d::rows(8, 8, 256, 8))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn memcpy_3d<T: DeviceCopy>(
+        &self,
+        dst: &DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+        region: crate::Copy3d,
+    ) -> Result<()>
+    where
+        S: IsCapturing,
+    {
+        self.core.stream.memcpy_3d(dst, src, region)
+    }
+
     /// Records a stream-ordered allocation of `bytes` bytes (`cuMemAllocAsync` on the capturing
     /// stream): a memory allocation node. The memory exists **only while the graph runs**, from
     /// this point until the [`free_async`](Self::free_async) that consumes the returned

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use super::memset::{memset_value, Memset2d, MemsetValue};
 use super::node::{self, GraphNode, NodeType};
-use super::params::memcpy3d;
 use super::typed::{
     ChildGraphNode, EmptyNode, EventRecordNode, EventWaitNode, HostNode, KernelNode, MemcpyNode,
     MemsetNode, TypedNode,
@@ -521,7 +520,11 @@ impl GraphDefinition {
         }
         self.same_device(dst.alloc.ctx.device, "destination buffer")?;
         self.same_device(src.alloc.ctx.device, "source buffer")?;
-        let copy = memcpy3d(dst.device_ptr(), src.device_ptr(), dst.byte_len());
+        let copy = driver::memory::copy3d(
+            dst.device_ptr(),
+            src.device_ptr(),
+            &driver::memory::RawCopy::linear(dst.byte_len()),
+        );
         let keep = |owners: &mut Owners| {
             owners.push(dst.alloc.clone());
             owners.push(src.alloc.clone());
@@ -530,6 +533,43 @@ impl GraphDefinition {
         self.add_node_with(deps, &[], keep, |g, d, n, out| {
             // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; both buffers hold
             // `WidthInBytes` bytes and the graph keeps them alive.
+            unsafe { driver::graph::add_memcpy_node(out, g, d, n, &copy, ctx) }
+        })
+        .map(TypedNode::new)
+    }
+
+    /// Adds a memcpy node that copies a 2D or 3D `region` of `src` into `dst`
+    /// (`cuGraphAddMemcpyNode`): rows of a pitched array, or planes of them, checked against both
+    /// buffers as [`Copy3d`](crate::Copy3d) says ([`Refusal::Size`] otherwise). The graph keeps
+    /// both buffers alive.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::Copy3d;
+    /// # fn f(def: &GraphDefinition, image: &DeviceBuffer<f32>, tile: &DeviceBuffer<f32>) -> cuda_graph::Result<()> {
+    /// // A 16 x 16 tile out of a 1024-wide image (tile.len() >= 256).
+    /// def.add_memcpy_3d(&[], tile, image, Copy3d::rows(16, 16, 1024, 16))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_memcpy_3d<T: DeviceCopy>(
+        &self,
+        deps: &[&GraphNode],
+        dst: &DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+        region: crate::Copy3d,
+    ) -> Result<MemcpyNode> {
+        let raw = region.check(src.len(), dst.len(), std::mem::size_of::<T>())?;
+        self.same_device(dst.alloc.ctx.device, "destination buffer")?;
+        self.same_device(src.alloc.ctx.device, "source buffer")?;
+        let copy = driver::memory::copy3d(dst.device_ptr(), src.device_ptr(), &raw);
+        let keep = |owners: &mut Owners| {
+            owners.push(dst.alloc.clone());
+            owners.push(src.alloc.clone());
+        };
+        let ctx = self.handle().ctx.raw;
+        self.add_node_with(deps, &[], keep, |g, d, n, out| {
+            // SAFETY: `g` is live and locked, `d` holds `n` checked nodes; both regions lie in
+            // their buffers (checked above) and the graph keeps them alive.
             unsafe { driver::graph::add_memcpy_node(out, g, d, n, &copy, ctx) }
         })
         .map(TypedNode::new)

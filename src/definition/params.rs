@@ -76,7 +76,7 @@ pub(crate) enum RawParams {
     Memcpy {
         dst: u64,
         src: u64,
-        bytes: usize,
+        region: crate::driver::memory::RawCopy,
     },
     Host {
         func: unsafe extern "C" fn(*mut c_void),
@@ -302,6 +302,43 @@ impl NodeParams<node_kind::Memset> {
 }
 
 impl NodeParams<node_kind::Memcpy> {
+    /// A device-to-device copy of a 2D or 3D `region` of `src` into `dst`, for a
+    /// [`MemcpyNode`](crate::MemcpyNode): checked against both buffers as
+    /// [`Copy3d`](crate::Copy3d) says.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::prelude::*;
+    /// # use cuda_graph::{Copy3d, MemcpyNode};
+    /// # fn f(g: &Graph, c: &MemcpyNode, image: &DeviceBuffer<u8>, tile: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
+    /// g.set_params(c, NodeParams::memcpy_3d(tile, image, Copy3d::rows(32, 32, 640, 32))?)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn memcpy_3d<T: DeviceCopy>(
+        dst: &DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+        region: crate::Copy3d,
+    ) -> Result<Self> {
+        let raw = region.check(src.len(), dst.len(), std::mem::size_of::<T>())?;
+        if dst.alloc.ctx.device != src.alloc.ctx.device {
+            return Err(Error::invalid(
+                Refusal::OtherDevice,
+                "a copy between buffers of two devices",
+            ));
+        }
+        let mut owners = Owners::new();
+        owners.push(dst.alloc.clone());
+        owners.push(src.alloc.clone());
+        Ok(Self::new(
+            RawParams::Memcpy {
+                dst: dst.device_ptr(),
+                src: src.device_ptr(),
+                region: raw,
+            },
+            owners,
+            Some(dst.alloc.ctx.device),
+        ))
+    }
+
     /// A device-to-device copy of `src` into `dst`, for a [`MemcpyNode`](crate::MemcpyNode). The
     /// lengths must match.
     ///
@@ -336,7 +373,7 @@ impl NodeParams<node_kind::Memcpy> {
             RawParams::Memcpy {
                 dst: dst.device_ptr(),
                 src: src.device_ptr(),
-                bytes: dst.byte_len(),
+                region: crate::driver::memory::RawCopy::linear(dst.byte_len()),
             },
             owners,
             Some(dst.alloc.ctx.device),
@@ -442,39 +479,6 @@ impl NodeParams<node_kind::EventWait> {
             owners,
             Some(event.handle.ctx.device),
         )
-    }
-}
-
-/// A 1D device-to-device copy of `bytes` bytes.
-pub(crate) fn memcpy3d(dst: u64, src: u64, bytes: usize) -> sys::CUDA_MEMCPY3D {
-    // Every field spelled out: zeroing is not valid here (`CUmemorytype` has no 0 value).
-    let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    sys::CUDA_MEMCPY3D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcZ: 0,
-        srcLOD: 0,
-        srcMemoryType: device,
-        srcHost: std::ptr::null(),
-        srcDevice: src,
-        srcArray: std::ptr::null_mut(),
-        reserved0: std::ptr::null_mut(),
-        srcPitch: bytes,
-        srcHeight: 1,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstZ: 0,
-        dstLOD: 0,
-        dstMemoryType: device,
-        dstHost: std::ptr::null_mut(),
-        dstDevice: dst,
-        dstArray: std::ptr::null_mut(),
-        reserved1: std::ptr::null_mut(),
-        dstPitch: bytes,
-        dstHeight: 1,
-        WidthInBytes: bytes,
-        Height: 1,
-        Depth: 1,
     }
 }
 
@@ -608,8 +612,8 @@ impl RawParams {
                     },
                 }
             }
-            (&RawParams::Memcpy { dst, src, bytes }, _) => {
-                let copy = memcpy3d(dst, src, bytes);
+            (&RawParams::Memcpy { dst, src, region }, _) => {
+                let copy = driver::memory::copy3d(dst, src, &region);
                 match target {
                     // SAFETY: the caller's promises; both buffers hold `bytes` bytes (checked when
                     // the parameters were made) and the node holds them.

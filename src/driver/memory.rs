@@ -404,3 +404,80 @@ impl Drop for PinnedAlloc {
         });
     }
 }
+
+/// A region copied between device memory, in bytes, as `CUDA_MEMCPY3D` takes it (a checked
+/// `Copy3d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawCopy {
+    pub(crate) width_bytes: usize,
+    pub(crate) height: usize,
+    pub(crate) depth: usize,
+    pub(crate) src_pitch: usize,
+    pub(crate) src_rows: usize,
+    pub(crate) dst_pitch: usize,
+    pub(crate) dst_rows: usize,
+}
+
+impl RawCopy {
+    /// `bytes` contiguous bytes.
+    pub(crate) fn linear(bytes: usize) -> RawCopy {
+        RawCopy {
+            width_bytes: bytes,
+            height: 1,
+            depth: 1,
+            src_pitch: bytes,
+            src_rows: 1,
+            dst_pitch: bytes,
+            dst_rows: 1,
+        }
+    }
+}
+
+/// The `CUDA_MEMCPY3D` of a device-to-device copy of `c` from `src` into `dst`.
+pub(crate) fn copy3d(dst: u64, src: u64, c: &RawCopy) -> sys::CUDA_MEMCPY3D {
+    // Every field spelled out: zeroing is not valid here (`CUmemorytype` has no 0 value).
+    let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    sys::CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: device,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        reserved0: std::ptr::null_mut(),
+        srcPitch: c.src_pitch,
+        srcHeight: c.src_rows,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: device,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        reserved1: std::ptr::null_mut(),
+        dstPitch: c.dst_pitch,
+        dstHeight: c.dst_rows,
+        WidthInBytes: c.width_bytes,
+        Height: c.height,
+        Depth: c.depth,
+    }
+}
+
+/// Copies `c` from `src` into `dst` on `stream` (`cuMemcpy3DAsync_v2`).
+///
+/// # Safety
+/// Both regions lie inside memory that stays allocated until the copy has run (or, captured,
+/// as long as the graph); `stream` is live and its context bound.
+pub(crate) unsafe fn copy3d_async(
+    dst: u64,
+    src: u64,
+    c: &RawCopy,
+    stream: sys::CUstream,
+) -> Result<()> {
+    let p = copy3d(dst, src, c);
+    // SAFETY: the caller's promises; `p` lives until the call returns.
+    unsafe { drv!(cuMemcpy3DAsync_v2(&p, stream)) }
+}

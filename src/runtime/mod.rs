@@ -1,6 +1,7 @@
 //! The runtime layer: devices, streams, events, device memory, modules and kernel launches.
 
 mod buffer;
+mod copy;
 mod device;
 mod event;
 mod image;
@@ -13,6 +14,7 @@ mod stream;
 
 pub(crate) use buffer::bounds;
 pub use buffer::{DeviceBuffer, DeviceCopy};
+pub use copy::Copy3d;
 pub use device::{Device, GraphMemoryUsage};
 pub use event::{Event, EventOptions};
 pub(crate) use kernel::{

@@ -3,7 +3,7 @@
 
 use cuda_graph::prelude::*;
 
-use cuda_graph::{Memset2d, NodeType, Refusal};
+use cuda_graph::{Copy3d, Memset2d, NodeType, Refusal};
 
 use crate::args;
 use crate::support::{eventually, launch, one, run, stays, Gpu, Needs, TestResult};
@@ -29,7 +29,8 @@ crate::gpu_tests! {
         per_node_updates_through_a_changed_or_older_source_are_refused,
         per_node_updates_pair_by_structure_and_refuse_what_is_uncertain,
         per_node_updates_refuse_the_instantiation_graph_once_updated_from_it_rearranged,
-        per_node_updates_pair_look_alike_dependencies_as_the_driver_does;
+        per_node_updates_pair_look_alike_dependencies_as_the_driver_does,
+        region_copies_in_every_front_end;
 }
 
 /// A kernel node; each call site names the kernel's parameters it matches.
@@ -857,5 +858,89 @@ fn per_node_updates_pair_look_alike_dependencies_as_the_driver_does(gpu: &Gpu) -
             "the node disabled through x's ran (edge re-added: {readded})"
         );
     }
+    Ok(())
+}
+
+/// 2D and 3D copies of a pitched array: on a stream, captured, as a definition's node, and
+/// through per-node updates of the definition and the exec; each copies exactly the region, and
+/// a region that does not fit is refused before the driver.
+fn region_copies_in_every_front_end(gpu: &Gpu) -> TestResult {
+    // 3 planes of 4 rows of 16: element (z, y, x) holds z * 1000 + y * 100 + x.
+    let host: Vec<i32> = (0..3 * 4 * 16)
+        .map(|i| (i / 64) * 1000 + (i / 16 % 4) * 100 + i % 16)
+        .collect();
+    let src = gpu.device.htod(&host)?;
+    let plane2d = Copy3d::rows(5, 3, 16, 5);
+    let want2d: Vec<i32> = (0..3)
+        .flat_map(|y| (0..5).map(move |x| y * 100 + x))
+        .collect();
+    let region3d = Copy3d {
+        depth: 2,
+        src_rows: 4,
+        dst_rows: 3,
+        ..plane2d
+    };
+    let want3d: Vec<i32> = (0..2)
+        .flat_map(|z| (0..3).flat_map(move |y| (0..5).map(move |x| z * 1000 + y * 100 + x)))
+        .collect();
+    let s = gpu.stream();
+    // A stream copy.
+    let dst = gpu.device.alloc_zeroed::<i32>(15)?;
+    s.memcpy_3d(&dst, &src, plane2d)?;
+    s.synchronize()?;
+    assert_eq!(dst.to_vec()?, want2d, "stream 2D");
+    // A captured copy.
+    let dst3 = gpu.device.alloc_zeroed::<i32>(30)?;
+    let b = s.create_graph_builder().begin_building(ThreadLocal)?;
+    b.memcpy_3d(&dst3, &src, region3d)?;
+    let g = b.end_building()?.instantiate()?;
+    g.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(dst3.to_vec()?, want3d, "captured 3D");
+    // A definition's node, read back, then updated in the definition and in an exec.
+    let def = GraphDefinition::new(&gpu.device)?;
+    let a = gpu.device.alloc_zeroed::<i32>(30)?;
+    let n = def.add_memcpy_3d(&[], &a, &src, plane2d)?;
+    let info = def.node_info(&n)?;
+    assert_eq!((info.width_bytes, info.height, info.depth), (20, 3, 1));
+    let exec = def.instantiate()?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(&a.to_vec()?[..15], &want2d[..], "definition 2D");
+    let b2 = gpu.device.alloc_zeroed::<i32>(30)?;
+    exec.set_params(&n, NodeParams::memcpy_3d(&b2, &src, region3d)?)?;
+    exec.launch(&s)?;
+    s.synchronize()?;
+    assert_eq!(b2.to_vec()?, want3d, "exec updated to 3D");
+    def.set_params(&n, NodeParams::memcpy_3d(&b2, &src, plane2d)?)?;
+    assert_eq!(def.node_info(&n)?.depth, 1);
+    // Regions that do not fit: refused in every front end, nothing recorded or added.
+    let small = gpu.device.alloc_zeroed::<i32>(14)?;
+    let nodes = def.nodes()?.len();
+    for r in [
+        s.memcpy_3d(&small, &src, plane2d),
+        def.add_memcpy_3d(&[], &small, &src, plane2d).map(|_| ()),
+        NodeParams::memcpy_3d(&small, &src, plane2d).map(|_| ()),
+        s.memcpy_3d(
+            &dst,
+            &src,
+            Copy3d {
+                src_pitch: 4,
+                ..plane2d
+            },
+        ),
+        s.memcpy_3d(
+            &dst3,
+            &src,
+            Copy3d {
+                depth: 4,
+                ..region3d
+            },
+        ),
+    ] {
+        let e = r.expect_err("a region that does not fit");
+        assert_eq!(e.refusal(), Some(Refusal::Size), "{e}");
+    }
+    assert_eq!(def.nodes()?.len(), nodes);
     Ok(())
 }
