@@ -435,14 +435,17 @@ pub enum Refusal {
     Capture,
     /// The graph was freed by the driver, or left broken by a failed capture (of a conditional
     /// body, say): nothing more can be recorded into it, and it cannot be instantiated, updated
-    /// from, embedded or changed. Capture or build it again.
+    /// from, embedded or changed. Capture or build it again. Also a pinned buffer one of whose
+    /// copies could not be tracked (the driver refused the event that follows it): its host side
+    /// is no longer handed out.
     Broken,
     /// A CUDA call from inside a host callback (a driver thread, where CUDA calls are not
     /// allowed). Do the work before or after the callback, on a stream or as graph nodes.
     InCallback,
-    /// A module image or source text refused before the driver or NVRTC reads it: an empty or
-    /// corrupt image, a host-side fatbin wrapper, PTX or CUDA source that is not text or holds a
-    /// NUL. Pass the cubin, fatbin or PTX itself.
+    /// A module image, source text or kernel name refused before the driver or NVRTC reads it:
+    /// an empty or corrupt image, a host-side fatbin wrapper, PTX or CUDA source that is not text
+    /// or holds a NUL, a kernel name holding a NUL. Pass the cubin, fatbin or PTX itself, and
+    /// names as the module spells them.
     Image,
     /// A kernel's declared [`Signature`](crate::Signature) does not match the kernel (as the
     /// driver reports it): a parameter of another size, or another number of parameters. Declare
@@ -462,8 +465,17 @@ pub enum Refusal {
     /// body used on its own, removing nodes from a graph with memory nodes, cudarc's per-thread
     /// default stream. Change the options, or do it another way.
     Unsupported,
-    /// Anything else: a state the crate did not expect (an answer of the driver it does not know,
-    /// say), a kernel name holding a NUL, a cache with no exec yet. The message says what.
+    /// Something asked for that is not there yet: a [`GraphCache`](crate::GraphCache) launched
+    /// before its first refresh, a [`GraphSet`](crate::GraphSet) key launched before it was
+    /// captured. Make it first.
+    Missing,
+    /// An object another thread is using where only one may at a time: an NCCL communicator
+    /// in use on another thread (or by an open group there). Give each thread its own, or order
+    /// the calls.
+    Busy,
+    /// Anything else: a refusal of code outside this crate that returns its `Result` (the crate
+    /// itself files every refusal under one of the kinds above, and what it believes impossible
+    /// as [`Error::Internal`]). The message says what.
     Other,
 }
 
@@ -676,6 +688,13 @@ pub enum Error {
     /// A host callback panicked; the panic was caught at the FFI boundary.
     #[error("a host callback panicked: {0}")]
     CallbackPanicked(String),
+
+    /// A state the crate believes impossible: the driver answered in a way it does not expect
+    /// (a null handle where it promised one, fewer conditional bodies than asked, a capture
+    /// status it does not know) or its own records disagree. Nothing the caller did is at fault;
+    /// the message says what happened, and it is worth a report.
+    #[error("internal error: {0} (a state this crate does not expect; please report it)")]
+    Internal(String),
 
     /// Writing a file failed (e.g. a DOT debug print to an unwritable path).
     #[error("cannot write `{path}`: {message}")]

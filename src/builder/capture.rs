@@ -398,7 +398,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsEnded,
     {
         self.graph_handle()
-            .ok_or_else(|| Error::invalid(Refusal::Other, "the builder has no graph"))
+            .ok_or_else(|| Error::Internal("the builder has no graph".into()))
     }
 }
 

@@ -121,8 +121,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         let mut v = self.conditional(handle, CondKind::If)?;
-        v.pop()
-            .ok_or_else(|| Error::invalid(Refusal::Other, "no body"))
+        v.pop().ok_or_else(|| Error::Internal("no body".into()))
     }
 
     /// Adds an IF node with an ELSE body: `(then, else)`; `then` runs when the value is non-zero,
@@ -154,7 +153,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         let then_body = v.pop();
         match (then_body, else_body) {
             (Some(t), Some(e)) => Ok((t, e)),
-            _ => Err(Error::invalid(Refusal::Other, "no bodies")),
+            _ => Err(Error::Internal("no bodies".into())),
         }
     }
 
@@ -207,7 +206,6 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         let mut v = self.conditional(handle, CondKind::While)?;
-        v.pop()
-            .ok_or_else(|| Error::invalid(Refusal::Other, "no body"))
+        v.pop().ok_or_else(|| Error::Internal("no body".into()))
     }
 }

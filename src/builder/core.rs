@@ -134,9 +134,8 @@ impl Core {
                     // Ends the capture and destroys the graph the driver made for it.
                     self.stream.handle.abandon_capture(false);
                     info?;
-                    return Err(Error::invalid(
-                        Refusal::Other,
-                        "the driver began a capture but reported no graph for it",
+                    return Err(Error::Internal(
+                        "the driver began a capture but reported no graph for it".into(),
                     ));
                 }
                 // The graph made by `cuStreamBeginCapture_v2` is the one `cuStreamEndCapture`
@@ -243,12 +242,9 @@ impl Core {
                 Refusal::Capture,
                 "the builder's stream is not capturing",
             )),
-            CaptureStatus::Unknown(v) => Err(Error::invalid(
-                Refusal::Other,
-                format!(
-                    "the builder's stream reports capture status {v}, which this crate does not know"
-                ),
-            )),
+            CaptureStatus::Unknown(v) => Err(Error::Internal(format!(
+                "the builder's stream reports capture status {v}, which this crate does not know"
+            ))),
         }
     }
 

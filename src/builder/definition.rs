@@ -4,7 +4,7 @@ use super::kind::{HasGraphDefinition, Kind};
 use super::state::{NotCapturing, State};
 use super::GraphBuilder;
 use crate::definition::GraphDefinition;
-use crate::error::{Error, Refusal, Result};
+use crate::error::{Error, Result};
 
 /// `Primary` + `Ended`, or `ConditionalBody` + `NotStarted` / `Ended`: the graph as a definition.
 impl<K: Kind, S: State> GraphBuilder<K, S> {
@@ -38,7 +38,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
     {
         let graph = self
             .graph_handle()
-            .ok_or_else(|| Error::invalid(Refusal::Other, "the builder has no graph"))?;
+            .ok_or_else(|| Error::Internal("the builder has no graph".into()))?;
         Ok(GraphDefinition::view(graph.clone()))
     }
 }

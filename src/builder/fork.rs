@@ -5,7 +5,7 @@ use super::kind::{Forked, Kind};
 use super::state::IsCapturing;
 use super::state::State;
 use super::GraphBuilder;
-use crate::error::{Error, Refusal, Result};
+use crate::error::{Error, Result};
 use crate::runtime::Stream;
 
 /// The number of forks in `split::<N>()`, as a type, so that `N < 2` is a compile error.
@@ -76,7 +76,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         }
         forks
             .try_into()
-            .map_err(|_| Error::invalid(Refusal::Other, "split made the wrong number of forks"))
+            .map_err(|_| Error::Internal("split made the wrong number of forks".into()))
     }
 
     /// Joins forks back: this builder's stream waits for each fork's work, and the forks end.

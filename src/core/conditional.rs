@@ -260,9 +260,8 @@ pub(crate) fn body_graphs(params: &sys::CUgraphNodeParams, size: u32) -> Result<
     unsafe {
         let out = params.__bindgen_anon_1.conditional.phGraph_out;
         if out.is_null() {
-            return Err(Error::invalid(
-                Refusal::Other,
-                "the driver returned no conditional body graphs",
+            return Err(Error::Internal(
+                "the driver returned no conditional body graphs".into(),
             ));
         }
         Ok(std::slice::from_raw_parts(out, size as usize).to_vec())

@@ -155,8 +155,5 @@ impl GraphDefinition {
 }
 
 fn no_body() -> Error {
-    Error::invalid(
-        Refusal::Other,
-        "the driver returned fewer conditional bodies than asked",
-    )
+    Error::Internal("the driver returned fewer conditional bodies than asked".into())
 }

@@ -392,8 +392,5 @@ fn resolve(
 }
 
 fn no_source() -> Error {
-    Error::invalid(
-        Refusal::Other,
-        "the exec no longer holds the graph it was instantiated from",
-    )
+    Error::Internal("the exec no longer holds the graph it was instantiated from".into())
 }

@@ -507,10 +507,7 @@ impl GraphDefinition {
                 let kind = CondKind::from_raw(rec.ty, rec.bodies.len() as u32)
                     .map(CondKind::public)
                     .ok_or_else(|| {
-                        Error::invalid(
-                            Refusal::Other,
-                            format!("unknown conditional node type {}", rec.ty),
-                        )
+                        Error::Internal(format!("unknown conditional node type {}", rec.ty))
                     })?;
                 let bodies = rec
                     .bodies

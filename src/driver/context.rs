@@ -265,9 +265,10 @@ impl PrimaryContext {
             // SAFETY: `lost` was created above and is used by no one.
             unsafe { drv_drop!(cuStreamDestroy_v2(lost)) };
         }
-        self.setup.get().map(|s| s.0).ok_or_else(|| {
-            crate::error::Error::invalid(crate::error::Refusal::Other, "no setup stream")
-        })
+        self.setup
+            .get()
+            .map(|s| s.0)
+            .ok_or_else(|| crate::error::Error::Internal("no setup stream".into()))
     }
 }
 

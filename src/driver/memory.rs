@@ -381,9 +381,8 @@ impl PinnedAlloc {
             bytes,
         };
         if ptr.is_null() {
-            return Err(crate::Error::invalid(
-                crate::error::Refusal::Other,
-                "cuMemHostAlloc returned a null pointer",
+            return Err(crate::Error::Internal(
+                "cuMemHostAlloc returned a null pointer".into(),
             ));
         }
         // SAFETY: the driver returned `bytes` writable bytes at `ptr`, used by nothing else yet.

@@ -247,7 +247,7 @@ impl CommHandle {
             .map(drop)
             .map_err(|_| {
                 Error::invalid(
-                    crate::error::Refusal::Other,
+                    crate::error::Refusal::Busy,
                     "this communicator is in use on another thread (or by an open `nccl::group` there): NCCL takes one thread's calls on a communicator at a time; give each thread its own communicator, or order the calls",
                 )
             })

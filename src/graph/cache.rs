@@ -125,7 +125,7 @@ impl GraphCache {
             .as_ref()
             .ok_or_else(|| {
                 Error::invalid(
-                    Refusal::Other,
+                    Refusal::Missing,
                     "the cache holds no exec yet: call `refresh` with a graph first",
                 )
             })?

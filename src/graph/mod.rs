@@ -288,10 +288,7 @@ impl Graph {
         }
         r?;
         if exec.is_null() {
-            return Err(Error::invalid(
-                Refusal::Other,
-                "instantiation returned no exec",
-            ));
+            return Err(Error::Internal("instantiation returned no exec".into()));
         }
         Ok(Graph {
             exec: ExecHandle {

@@ -206,7 +206,7 @@ impl<K: Eq + Hash + Clone> GraphSet<K> {
     }
 
     /// Launches `key`'s exec on `stream` (a use, for the eviction order); an
-    /// [`Error::InvalidArgument`] ([`Refusal::Other`]) for a key not held.
+    /// [`Error::InvalidArgument`] ([`Refusal::Missing`]) for a key not held.
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
@@ -220,7 +220,7 @@ impl<K: Eq + Hash + Clone> GraphSet<K> {
         let now = self.clock;
         let entry = self.entries.get_mut(key).ok_or_else(|| {
             Error::invalid(
-                Refusal::Other,
+                Refusal::Missing,
                 "this GraphSet holds no exec for the key: capture it first (get_or_capture)",
             )
         })?;
@@ -297,7 +297,7 @@ impl<K: Eq + Hash + Clone> GraphSet<K> {
 }
 
 fn empty_entry() -> Error {
-    Error::invalid(Refusal::Other, "a GraphSet entry holds no exec")
+    Error::Internal("a GraphSet entry holds no exec".into())
 }
 
 #[cfg(test)]

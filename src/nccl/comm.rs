@@ -83,7 +83,7 @@ impl Communicator {
         let mut comms = Self::for_devices(std::slice::from_ref(device))?;
         comms
             .pop()
-            .ok_or_else(|| Error::invalid(Refusal::Other, "ncclCommInitAll made no communicator"))
+            .ok_or_else(|| Error::Internal("ncclCommInitAll made no communicator".into()))
     }
 
     /// This process's rank `rank` of the `ranks` ranks of the communicator `id` names, on

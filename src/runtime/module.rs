@@ -83,7 +83,7 @@ impl Module {
     pub fn function(&self, name: &str) -> Result<Function> {
         let cname = CString::new(name).map_err(|_| {
             Error::invalid(
-                Refusal::Other,
+                Refusal::Image,
                 format!("kernel name {name:?} contains a NUL"),
             )
         })?;

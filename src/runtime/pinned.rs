@@ -222,7 +222,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
 fn wait(copies: &mut Copies) -> Result<()> {
     if copies.untracked {
         return Err(Error::invalid(
-            Refusal::Other,
+            Refusal::Broken,
             "a copy with this pinned buffer could not be tracked, so host access is refused",
         ));
     }
@@ -291,7 +291,7 @@ mod tests {
         copies.untracked = true;
         assert!(matches!(
             wait(&mut copies),
-            Err(e) if e.refusal() == Some(Refusal::Other)
+            Err(e) if e.refusal() == Some(Refusal::Broken)
         ));
     }
 }
