@@ -24,7 +24,10 @@ fn walk(dir: &Path, out: &mut Vec<(String, usize, String)>) {
 #[test]
 fn the_crate_files_no_refusal_as_other() {
     let mut found = Vec::new();
-    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut found);
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut found,
+    );
     // The kind's own documentation names it.
     found.retain(|(_, _, line)| !line.starts_with("///") && !line.starts_with("//!"));
     assert!(

@@ -508,23 +508,10 @@ impl GraphDefinition {
         dst: &DeviceBuffer<T>,
         src: &DeviceBuffer<T>,
     ) -> Result<MemcpyNode> {
-        if dst.len() != src.len() {
-            return Err(Error::invalid(
-                Refusal::Size,
-                format!(
-                    "a copy of {} elements into a buffer of {}",
-                    src.len(),
-                    dst.len()
-                ),
-            ));
-        }
+        let whole = crate::runtime::check_whole(dst.len(), src.len(), std::mem::size_of::<T>())?;
         self.same_device(dst.alloc.ctx.device, "destination buffer")?;
         self.same_device(src.alloc.ctx.device, "source buffer")?;
-        let copy = driver::memory::copy3d(
-            dst.device_ptr(),
-            src.device_ptr(),
-            &driver::memory::RawCopy::linear(dst.byte_len()),
-        );
+        let copy = driver::memory::copy3d(dst.device_ptr(), src.device_ptr(), &whole);
         let keep = |owners: &mut Owners| {
             owners.push(dst.alloc.clone());
             owners.push(src.alloc.clone());

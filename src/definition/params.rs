@@ -350,16 +350,7 @@ impl NodeParams<node_kind::Memcpy> {
     /// # Ok(()) }
     /// ```
     pub fn memcpy<T: DeviceCopy>(dst: &DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<Self> {
-        if dst.len() != src.len() {
-            return Err(Error::invalid(
-                Refusal::Size,
-                format!(
-                    "a copy of {} elements into a buffer of {}",
-                    src.len(),
-                    dst.len()
-                ),
-            ));
-        }
+        let whole = crate::runtime::check_whole(dst.len(), src.len(), std::mem::size_of::<T>())?;
         if dst.alloc.ctx.device != src.alloc.ctx.device {
             return Err(Error::invalid(
                 Refusal::OtherDevice,
@@ -373,7 +364,7 @@ impl NodeParams<node_kind::Memcpy> {
             RawParams::Memcpy {
                 dst: dst.device_ptr(),
                 src: src.device_ptr(),
-                region: crate::driver::memory::RawCopy::linear(dst.byte_len()),
+                region: whole,
             },
             owners,
             Some(dst.alloc.ctx.device),

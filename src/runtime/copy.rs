@@ -41,6 +41,18 @@ pub struct Copy3d {
     pub dst_rows: usize,
 }
 
+/// The one check of a whole-buffer copy (`memcpy_dtod`, `add_memcpy`, `NodeParams::memcpy`):
+/// both buffers hold the same number of elements. Returns the copy in bytes.
+pub(crate) fn check_whole(dst_len: usize, src_len: usize, size: usize) -> Result<RawCopy> {
+    if dst_len != src_len {
+        return Err(Error::invalid(
+            Refusal::Size,
+            format!("a copy of {src_len} elements into a buffer of {dst_len}"),
+        ));
+    }
+    Ok(RawCopy::linear(dst_len * size))
+}
+
 impl Copy3d {
     /// A 2D copy: `height` rows of `width` elements, rows `src_pitch` and `dst_pitch` elements
     /// apart.

@@ -14,6 +14,7 @@ mod stream;
 
 pub(crate) use buffer::bounds;
 pub use buffer::{DeviceBuffer, DeviceCopy};
+pub(crate) use copy::check_whole;
 pub use copy::Copy3d;
 pub use device::{Device, GraphMemoryUsage};
 pub use event::{Event, EventOptions};

@@ -1170,23 +1170,18 @@ impl Stream {
     ) -> Result<()> {
         self.same_context(dst)?;
         self.same_context(src)?;
-        if dst.len() != src.len() {
-            return Err(Error::invalid(
-                Refusal::Size,
-                format!("memcpy_dtod from {} elements into {}", src.len(), dst.len()),
-            ));
-        }
+        let whole = super::check_whole(dst.len(), src.len(), std::mem::size_of::<T>())?;
         self.enqueue(|rec| {
             rec.keep(&dst.alloc);
             rec.keep(&src.alloc);
             self.after_allocation(rec, dst)?;
             self.after_allocation(rec, src)?;
-            // SAFETY: both buffers hold `byte_len` bytes.
+            // SAFETY: both buffers hold `width_bytes` bytes (`check_whole`).
             unsafe {
                 driver::stream::memcpy_dtod_async(
                     dst.device_ptr(),
                     src.device_ptr(),
-                    dst.byte_len(),
+                    whole.width_bytes,
                     self.raw(),
                 )
             }?;
