@@ -137,5 +137,33 @@ echo "=== run-all: $([ $status = 0 ] && echo ok || echo FAILED)"
 exit $status
 RUN
 chmod +x "$out/run-all.sh"
+
+# Two device calls' worth (each under the device tool's 10-minute limit), logs under $OUT:
+#   bash gpu-bundle/verify-1.sh   # the suite, the examples, the candle decode and its PyTorch peer
+#   bash gpu-bundle/verify-2.sh   # the PDL and overhead benches, the GPU suite under memcheck
+cat > "$out/verify-1.sh" <<'V1'
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"; out="${OUT:-/tmp/verify}"; mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+timeout 540 bash "$here/run-all.sh" > "$out/run-all.log" 2>&1; echo "run-all rc=$?"
+if [ -f "$here/example-candle-capture.gz" ]; then
+  for f in --event-tracking --per-thread; do
+    timeout 20 "$here/example-candle-capture" $f > "$out/candle$f.log" 2>&1; echo "candle $f rc=$?"; tail -2 "$out/candle$f.log"
+  done
+fi
+grep -E "^(!!!)|test result|FAILED|: ok,|cases failed|identical|^\| |differ|kernels per|torch |flat|growing|^decode,|checksums" "$out/run-all.log" | tail -120
+grep -E "^=== " "$out/run-all.log" | tail -40
+V1
+cat > "$out/verify-2.sh" <<'V2'
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"; out="${OUT:-/tmp/verify}"; mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[ -x "$here/bench-pdl" ] && timeout 60 "$here/bench-pdl" --bench 2>&1 | tail -6
+OVERHEAD_SIZES=100,1000 timeout 150 "$here/bench-overhead" --bench > "$out/bench.log" 2>&1; echo "bench rc=$?"
+grep -iE "ratio|/raw" "$out/bench.log" | tail -30
+timeout 320 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$here/test-gpu" \
+  --skip nccl:: --skip safety::conditional_execs_updated_while_their_launches_run > "$out/memcheck.log" 2>&1
+echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|test result|FAILED" "$out/memcheck.log" | tail -20
+V2
 du -sh "$out"
 ls -l "$out"

@@ -346,6 +346,11 @@ pub enum UpdateFailure {
     /// its own to it, and its kernels would address memory it does not map. Refused by this
     /// crate before the driver is asked. Instantiate the source instead.
     GraphMemory,
+    /// The exec or the source graph has programmatic edges (dependent kernels): the driver's
+    /// update does not compare the kind of an edge, so it could put a kernel that does not wait
+    /// behind one. Refused by this crate before the driver is asked; instantiate the source
+    /// instead ([`GraphCache`](crate::GraphCache) and [`GraphSet`](crate::GraphSet) do).
+    Programmatic,
     /// A result value this crate does not know.
     Other(u32),
 }
@@ -377,6 +382,9 @@ impl fmt::Display for UpdateFailure {
             }
             Self::GraphMemory => {
                 "the exec or the source graph has memory allocation nodes, whose memory belongs to one graph and its exec: instantiate the source instead"
+            }
+            Self::Programmatic => {
+                "the exec or the source graph has programmatic edges (dependent kernels), which an update could put in front of a kernel that does not wait: instantiate the source instead"
             }
             Self::Other(v) => return write!(f, "unknown update result {v}"),
         };

@@ -250,6 +250,19 @@ impl Graph {
         };
         // SAFETY: `raw_node` is a live node of the locked source tree.
         unsafe { super::params::check_programmatic(&tree, &raw, raw_node) }?;
+        // A child graph's contents replaced in an exec: as for a whole-graph update, the driver
+        // does not compare the kind of an edge (see `UpdateFailure::Programmatic`).
+        if raw.child().is_some()
+            && (state.programmatic
+                || tree.programmatic
+                || child_tree.as_deref().is_some_and(|c| c.programmatic))
+        {
+            drop((tree, child_tree));
+            return Err(Error::invalid(
+                Refusal::Attribute,
+                "this exec or the new child graph has programmatic edges (dependent kernels), which replacing a child graph's contents could put in front of a kernel that does not wait: instantiate again instead",
+            ));
+        }
         // SAFETY: the exec is live and its lock (`state`) held; `raw_node` is a live node of the
         // graph it was instantiated from, made before the instantiation (checked under that
         // graph's tree lock, held across the call), of kind `K` (a `TypedNode<K>` is only made for

@@ -102,8 +102,14 @@ pub struct KernelInfo {
     pub function: Option<Function>,
     /// The kernel's name (`cuFuncGetName`); `None` if the driver cannot tell.
     pub name: Option<String>,
-    /// Grid, block and dynamic shared memory.
+    /// Grid, block, dynamic shared memory and the node's launch attributes (cluster,
+    /// priority, cooperative). Never a dependent launch: reusing it for another launch or node
+    /// launches plainly (see [`dependent`](Self::dependent)).
     pub config: LaunchConfig,
+    /// Whether an edge into the node is programmatic: the node may begin before that kernel
+    /// has ended ([`GraphDefinition::add_dependent_kernel`](crate::GraphDefinition::add_dependent_kernel),
+    /// a captured [`launch_dependent`](crate::GraphBuilder::launch_dependent)).
+    pub dependent: bool,
     /// Each argument's bytes, in order, as the kernel's parameter list lays them out
     /// (`cuFuncGetParamInfo`, driver 12.4). Empty for a kernel without parameters.
     pub args: Vec<Vec<u8>>,
@@ -587,14 +593,16 @@ fn kind_of(info: &NodeInfo) -> NodeType {
 fn kernel_info(tree: &TreeState, n: &GraphNode, raw: sys::CUgraphNode) -> Result<KernelInfo> {
     // SAFETY: `raw` is a live kernel node of the locked tree.
     let p = unsafe { driver::graph::kernel_node_get_params(raw) }?;
-    // SAFETY (both): `raw` is a live kernel node of the locked tree.
+    // SAFETY: `raw` is a live kernel node of the locked tree.
     let raw_attributes = unsafe { driver::launch::node_attributes(raw) }?;
-    let programmatic = unsafe { driver::launch::has_programmatic_dependency(raw) }?;
+    // SAFETY: as above.
+    let dependent = unsafe { driver::launch::has_programmatic_dependency(raw) }?;
+    // The dependent flag stays out of the configuration: a safe caller reusing it must not
+    // make a dependent launch of a kernel that has not declared its wait.
     let mut attributes = crate::LaunchAttributes::NONE;
     attributes.cluster = raw_attributes.cluster;
     attributes.priority = raw_attributes.priority;
     attributes.cooperative = raw_attributes.cooperative;
-    attributes.programmatic = programmatic;
     let config = LaunchConfig {
         grid: (p.gridDimX, p.gridDimY, p.gridDimZ),
         block: (p.blockDimX, p.blockDimY, p.blockDimZ),
@@ -607,6 +615,7 @@ fn kernel_info(tree: &TreeState, n: &GraphNode, raw: sys::CUgraphNode) -> Result
             function: None,
             name: None,
             config,
+            dependent,
             args: Vec::new(),
         });
     }
@@ -649,6 +658,7 @@ fn kernel_info(tree: &TreeState, n: &GraphNode, raw: sys::CUgraphNode) -> Result
         function,
         name,
         config,
+        dependent,
         args,
     })
 }
@@ -667,6 +677,7 @@ mod tests {
             function: None,
             name: None,
             config: LaunchConfig::single(),
+            dependent: false,
             args: vec![
                 0x1234_5678_9abc_def0u64.to_ne_bytes().to_vec(),
                 7i32.to_ne_bytes().to_vec(),

@@ -188,7 +188,7 @@ impl GraphDefinition {
     /// begin before those kernels have ended, and waits for them where its code says. Every
     /// dependency must be a kernel node ([`Refusal::Attribute`] otherwise); needs compute
     /// capability 9.0. [`inspect`](Self::inspect) reads the node back with
-    /// [`LaunchAttributes::is_dependent`](crate::LaunchAttributes::is_dependent) set.
+    /// [`KernelInfo::dependent`](crate::KernelInfo::dependent) set.
     ///
     /// The programmatic edges stay as long as both nodes do: destroying a kernel node that a
     /// dependent kernel follows programmatically is refused, and a kernel node that follows one

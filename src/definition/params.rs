@@ -533,6 +533,24 @@ impl RawParams {
         node: sys::CUgraphNode,
         ctx: sys::CUcontext,
     ) -> Result<()> {
+        let mut taken = false;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.apply_noting(target, node, ctx, &mut taken) }
+    }
+
+    /// [`apply`](Self::apply), setting `taken` once the driver has taken the new parameters:
+    /// an error after that (a kernel node's attributes refused) leaves the node using them, so
+    /// the caller must keep what they use alive.
+    ///
+    /// # Safety
+    /// As [`apply`](Self::apply).
+    pub(crate) unsafe fn apply_noting(
+        &self,
+        target: Target,
+        node: sys::CUgraphNode,
+        ctx: sys::CUcontext,
+        taken: &mut bool,
+    ) -> Result<()> {
         use driver::graph as g;
         match (self, target) {
             (RawParams::Kernel(kernel), _) => {
@@ -544,34 +562,56 @@ impl RawParams {
                 let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
                 let params =
                     config.kernel_node_params(function, args.fill_pointers(&mut ptrs, &mut spill));
-                let mut attributes = config.attributes;
                 // Whether the kernel waits is checked before (`check_programmatic`); the edge
                 // itself is not a parameter.
-                attributes.programmatic = false;
-                let raw = if attributes.is_empty() {
-                    None
-                } else {
-                    let mut c = *config;
-                    c.attributes = attributes;
-                    Some(crate::runtime::launch::check_attributes(function, &c)?)
+                let mut given = config.attributes;
+                given.programmatic = false;
+                let given_raw = driver::launch::RawAttributes {
+                    cluster: given.cluster,
+                    priority: given.priority,
+                    cooperative: given.cooperative,
+                    programmatic: false,
                 };
-                match (target, raw) {
-                    // SAFETY: the caller's promises; `ptrs` points into `args`, which outlives the
-                    // call (the driver copies the values); the constructor's caller promised the
-                    // arguments match the kernel.
-                    (Target::Definition, None) => unsafe { g::kernel_node_set_params(node, &params) },
-                    (Target::Definition, Some(raw)) => {
-                        // SAFETY: as above; the attributes were checked just now.
+                // No attributes given: the node keeps its own (not asked of the driver, so a
+                // plain update costs no more than before; a grid its attributes cannot take is
+                // the driver's error at instantiation or launch). Attributes given: compared
+                // with the node's own, and checked against the new grid.
+                let keep = given.is_empty() || {
+                    // SAFETY: `node` is a live kernel node of the locked tree (the caller's;
+                    // for an exec, of the graph it was instantiated from).
+                    let current = unsafe { driver::launch::node_attributes(node) }?;
+                    given_raw.same_as(&current)
+                };
+                let effective = given_raw;
+                if !given.is_empty() {
+                    let mut checked = *config;
+                    checked.attributes = given;
+                    crate::runtime::launch::check_attributes(function, &checked)?;
+                }
+                match target {
+                    Target::Definition => {
+                        // SAFETY: the caller's promises; `ptrs` points into `args`, which
+                        // outlives the call (the driver copies the values); the constructor's
+                        // caller promised the arguments match the kernel.
                         unsafe { g::kernel_node_set_params(node, &params) }?;
-                        // SAFETY: `node` is a live kernel node of the locked tree.
-                        unsafe { driver::launch::set_node_attributes(node, raw) }
+                        *taken = true;
+                        if keep {
+                            return Ok(());
+                        }
+                        // SAFETY: `node` is a live kernel node of the locked tree; the
+                        // attributes were checked just now.
+                        unsafe { driver::launch::set_node_attributes(node, effective) }
                     }
-                    // SAFETY: as above.
-                    (Target::Exec(e), None) => unsafe { g::exec_kernel_node_set_params(e, node, &params) },
-                    (Target::Exec(_), Some(_)) => Err(Error::invalid(
+                    Target::Exec(_) if !keep => Err(Error::invalid(
                         Refusal::Attribute,
-                        "an exec's kernel node keeps the launch attributes (cluster, priority, cooperative) it was instantiated with: the driver has no per-node update for them. Pass a configuration without attributes, or set them on the definition's node and update the exec from it (Graph::update)",
+                        "an exec's kernel node keeps the launch attributes (cluster, priority, cooperative) it was instantiated with: the driver has no per-node update for them. Pass a configuration without attributes (or with the node's own), or set them on the definition's node and update the exec from it (Graph::update)",
                     )),
+                    Target::Exec(e) => {
+                        // SAFETY: as above.
+                        unsafe { g::exec_kernel_node_set_params(e, node, &params) }?;
+                        *taken = true;
+                        Ok(())
+                    }
                 }
             }
             (
@@ -756,7 +796,9 @@ impl GraphDefinition {
         // `K`; the node holds what the parameters use; the child's tree, if any, is locked; the
         // context is the graph's.
         let is_child = raw.child().is_some();
-        let r = unsafe { raw.apply(Target::Definition, raw_node, graph.ctx.raw) };
+        let mut taken = false;
+        let r =
+            unsafe { raw.apply_noting(Target::Definition, raw_node, graph.ctx.raw, &mut taken) };
         let released = match r {
             Ok(()) if is_child => {
                 // The driver replaced the child graph's contents: the nodes a view of it showed
@@ -769,6 +811,20 @@ impl GraphDefinition {
                 released
             }
             Ok(()) => old,
+            // The driver took the new parameters, then refused the rest (a kernel node's
+            // attributes): the node uses what the new ones use, so it keeps those and the old.
+            Err(_) if taken => {
+                let mut both = old;
+                if let Some(new) =
+                    tree.nodes
+                        .replace_owners(graph.id, node.raw, node.serial, Owners::new())
+                {
+                    both.extend(new);
+                }
+                tree.nodes
+                    .replace_owners(graph.id, node.raw, node.serial, both)
+                    .unwrap_or_default()
+            }
             // Refused: the node holds what it held before; the new owners go.
             Err(_) => tree
                 .nodes

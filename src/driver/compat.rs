@@ -10,8 +10,10 @@
 
 use cudarc::driver::sys;
 
-/// Calls the `_v2` (edge-data) form of a topology entry point with no edge data:
-/// `edges!(cuX_v2 / cuX (args..; count))`.
+/// Calls the `_v2` (edge-data) form of a topology entry point with no edge data,
+/// `edges!(cuX_v2 / cuX (args..; count))`, or with the edge-data array `data`,
+/// `edges!(cuX_v2 / cuX (args..; data; count))` (queries of a graph with programmatic edges
+/// need one: the driver refuses a lossy query, `CUDA_ERROR_LOSSY_QUERY`).
 ///
 /// 12.x bindings: where the driver lacks the `_v2` form (before 12.3), the original form is called
 /// instead. The 13.x bindings no longer declare the original forms (`cuGraphGetEdges`,
@@ -20,7 +22,10 @@ use cudarc::driver::sys;
 #[cfg(cuda_before_13_0)]
 macro_rules! edges {
     ($v2:ident / $v1:ident ( $($a:expr),* ; $n:expr )) => {
-        match $crate::driver::drv!($v2($($a,)* std::ptr::null_mut(), $n)) {
+        $crate::driver::compat::edges!($v2 / $v1 ($($a),* ; std::ptr::null_mut() ; $n))
+    };
+    ($v2:ident / $v1:ident ( $($a:expr),* ; $data:expr ; $n:expr )) => {
+        match $crate::driver::drv!($v2($($a,)* $data, $n)) {
             Err($crate::Error::MissingEntryPoint { .. }) => $crate::driver::drv!($v1($($a,)* $n)),
             r => r,
         }
@@ -29,7 +34,10 @@ macro_rules! edges {
 #[cfg(not(cuda_before_13_0))]
 macro_rules! edges {
     ($v2:ident / $v1:ident ( $($a:expr),* ; $n:expr )) => {
-        $crate::driver::drv!($v2($($a,)* std::ptr::null_mut(), $n))
+        $crate::driver::compat::edges!($v2 / $v1 ($($a),* ; std::ptr::null_mut() ; $n))
+    };
+    ($v2:ident / $v1:ident ( $($a:expr),* ; $data:expr ; $n:expr )) => {
+        $crate::driver::drv!($v2($($a,)* $data, $n))
     };
 }
 pub(crate) use edges;

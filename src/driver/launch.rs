@@ -19,6 +19,18 @@ pub(crate) struct RawAttributes {
     pub(crate) programmatic: bool,
 }
 
+impl RawAttributes {
+    /// Whether `self` and `other` ask the same of the device: a cluster of one block is none,
+    /// priority 0 (the default) is none; the dependent flag is not compared.
+    pub(crate) fn same_as(&self, other: &RawAttributes) -> bool {
+        let cluster = |c: Option<(u32, u32, u32)>| c.filter(|&d| d != (1, 1, 1) && d != (0, 0, 0));
+        let priority = |p: Option<i32>| p.filter(|&p| p != 0);
+        cluster(self.cluster) == cluster(other.cluster)
+            && priority(self.priority) == priority(other.priority)
+            && self.cooperative == other.cooperative
+    }
+}
+
 /// The most attributes [`RawAttributes`] sets at once.
 pub(crate) const MAX_ATTRIBUTES: usize = 4;
 

@@ -265,6 +265,7 @@ impl Graph {
         };
         let memory_user =
             (!tree.memory_graphs.is_empty()).then(|| GraphMemoryUser::new(graph.ctx.device));
+        let programmatic = tree.programmatic;
         // SAFETY: `graph` is live and its tree locked; `params` is fully initialised and has the
         // layout of `CUDA_GRAPH_INSTANTIATE_PARAMS` (asserted above), with `result_out` a `u32`
         // that is never read as the bindings' enum; `exec` is a valid out pointer.
@@ -303,6 +304,7 @@ impl Graph {
                 pending_ready,
                 device_launch: options.device_launch,
                 memory_user,
+                programmatic,
                 instantiated_nodes,
                 instantiated,
                 ..ExecState::default()
@@ -537,6 +539,14 @@ impl Graph {
             // not map; and this exec's own allocations would be left to the other graph's nodes.
             return Err(Error::Update {
                 reason: UpdateFailure::GraphMemory,
+                source: None,
+            });
+        }
+        if state.programmatic || tree.programmatic {
+            // The driver's update compares nodes and dependencies, not the kind of an edge:
+            // an exec's programmatic edge could end up in front of a kernel that does not wait.
+            return Err(Error::Update {
+                reason: UpdateFailure::Programmatic,
                 source: None,
             });
         }

@@ -193,11 +193,12 @@ impl<K: Eq + Hash + Clone> GraphSet<K> {
             return Ok(outcome);
         }
         let entry = self.entries.get_mut(&key).expect("checked just above");
-        entry.last_used = now;
         let outcome = entry
             .cache
             .refresh(source)
             .inspect_err(|_| self.stats.failures += 1)?;
+        // A use only when it worked: a failed refresh leaves the eviction order as it was.
+        entry.last_used = now;
         match outcome {
             CacheOutcome::Updated => self.stats.updates += 1,
             CacheOutcome::Instantiated { .. } => self.stats.instantiations += 1,

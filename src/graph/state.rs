@@ -52,6 +52,10 @@ pub(crate) struct ExecState {
     /// Held while the exec lives if its graph has memory allocation nodes: the device's graph
     /// memory pool is trimmed only when the last such exec goes.
     pub(super) memory_user: Option<GraphMemoryUser>,
+    /// Whether the graph the exec was made from has ever had a programmatic edge
+    /// (`TreeState::programmatic`): its exec keeps such edges, so updates from any graph are
+    /// refused (an update could put a kernel that does not wait behind one).
+    pub(crate) programmatic: bool,
     /// What each explicit node of the source used at instantiation, so that a per-node update
     /// releases what the replaced parameters used (see [`InstantiatedNodes`]).
     pub(super) instantiated_nodes: Option<InstantiatedNodes>,

@@ -122,9 +122,10 @@ impl Copy3d {
             height: c.height,
             depth: c.depth,
             src_pitch: c.src_pitch * size,
-            src_rows: c.src_rows.max(c.height),
+            // One plane: the rows per plane are not used, and the driver gets the height.
+            src_rows: if c.depth == 1 { c.height } else { c.src_rows },
             dst_pitch: c.dst_pitch * size,
-            dst_rows: c.dst_rows.max(c.height),
+            dst_rows: if c.depth == 1 { c.height } else { c.dst_rows },
         })
     }
 }
@@ -170,6 +171,15 @@ mod tests {
             let e = bad.check(usize::MAX, usize::MAX, 4).unwrap_err();
             assert_eq!(e.refusal(), Some(Refusal::Size), "{bad:?}");
         }
+        // One plane: the rows per plane are ignored, whatever they say.
+        let raw = Copy3d {
+            src_rows: usize::MAX,
+            dst_rows: 0,
+            ..ok
+        }
+        .check(58, 40, 4)
+        .unwrap();
+        assert_eq!((raw.src_rows, raw.dst_rows), (4, 4));
         let planes = Copy3d {
             depth: 2,
             src_rows: 8,

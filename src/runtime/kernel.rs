@@ -438,11 +438,14 @@ impl<S: Signature> Kernel<S> {
     /// kernel's tail. Needs compute capability 9.0 (checked at the launch).
     ///
     /// # Safety
-    /// The kernel calls `cudaGridDependencySynchronize()` (PTX `griddepcontrol.wait`) before
-    /// its first read of memory a preceding kernel writes and before its first write to memory
-    /// a preceding kernel reads or writes: until that call returns, the kernel it depends on
-    /// may still be running. (Calling `cudaTriggerProgrammaticLaunchCompletion()` in the
-    /// predecessor is optional: it only lets the dependent begin earlier.)
+    /// Every thread block of the kernel calls `cudaGridDependencySynchronize()` (PTX
+    /// `griddepcontrol.wait`) before it exits, and before its first read of memory a preceding
+    /// kernel writes and its first write to memory a preceding kernel reads or writes: until
+    /// that call returns, the kernel it depends on may still be running. (The wait before exit
+    /// is what lets work ordered after the dependent kernel, a graph's later nodes and the free
+    /// of memory the predecessor used, count on the predecessor having ended too. Calling
+    /// `cudaTriggerProgrammaticLaunchCompletion()` in the predecessor is optional: it only lets
+    /// the dependent begin earlier.)
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;

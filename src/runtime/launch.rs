@@ -177,10 +177,12 @@ impl LaunchConfig {
     /// Needs compute capability 9.0.
     ///
     /// # Safety
-    /// Every kernel launched with this configuration waits for its predecessor
-    /// (`cudaGridDependencySynchronize()`, PTX `griddepcontrol.wait`) before its first access
-    /// to memory the predecessor writes, and before its first write to memory the predecessor
-    /// reads: the predecessor may still be running until then.
+    /// Every kernel launched with this configuration keeps
+    /// [`Kernel::dependent`](crate::Kernel::dependent)'s promise: each of its thread blocks
+    /// waits for the predecessor (`cudaGridDependencySynchronize()`, PTX
+    /// `griddepcontrol.wait`) before it exits, before its first access to memory the
+    /// predecessor writes, and before its first write to memory the predecessor reads: the
+    /// predecessor may still be running until then.
     pub const unsafe fn with_dependent_launch(mut self) -> Self {
         self.attributes.programmatic = true;
         self

@@ -348,7 +348,7 @@ fn dependent_launches_overlap_the_kernel_before(gpu: &Gpu) -> TestResult {
         .nodes()?
         .into_iter()
         .filter(|n| match def.inspect(n) {
-            Ok(NodeInfo::Kernel(_, info)) => info.config.attributes.is_dependent(),
+            Ok(NodeInfo::Kernel(_, info)) => info.dependent,
             _ => false,
         })
         .count();
@@ -360,8 +360,12 @@ fn dependent_launches_overlap_the_kernel_before(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     let a = def.add_kernel(&[], &k.wait_for_flag, grid(1, 1), (&flag, &out, limit))?;
     let b = def.add_dependent_kernel(&[&a], &k.set_flag_then_wait, grid(1, 1), (&flag, &out))?;
-    assert!(def.node_info(&b)?.config.attributes.is_dependent());
-    assert!(!def.node_info(&a)?.config.attributes.is_dependent());
+    assert!(def.node_info(&b)?.dependent);
+    assert!(
+        !def.node_info(&b)?.config.attributes.is_dependent(),
+        "the flag stays out of the configuration"
+    );
+    assert!(!def.node_info(&a)?.dependent);
     def.instantiate()?.launch(&s)?;
     check("definition, dependent", &flag, &out, true)?;
     // A programmatic edge from a node that is not a kernel is refused, and nothing is added.
@@ -398,12 +402,30 @@ fn programmatic_edges_stay_with_their_kernels(gpu: &Gpu) -> TestResult {
     // The edge is not removed while both nodes live, nor is the kernel before it destroyed.
     assert_eq!(refusal(def.remove_edge(&a, &b)), Some(Refusal::Attribute));
     assert_eq!(refusal(def.destroy_node(a)), Some(Refusal::Attribute));
+    // Whole-graph updates of an exec with programmatic edges are refused (the driver does not
+    // compare edge kinds); a GraphCache instantiates instead.
+    match exec.update(&def) {
+        Err(cuda_graph::Error::Update { reason, .. }) => {
+            assert_eq!(reason, cuda_graph::UpdateFailure::Programmatic)
+        }
+        other => panic!("expected a Programmatic update refusal, got {other:?}"),
+    }
+    let mut cache = GraphCache::new(InstantiateOptions::default());
+    cache.refresh(&def)?;
+    assert!(matches!(
+        cache.refresh(&def)?,
+        CacheOutcome::Instantiated {
+            refused: Some(cuda_graph::UpdateFailure::Programmatic)
+        }
+    ));
+    // Edges read back with their data: the queries work on a graph with programmatic edges.
+    assert_eq!(def.edges()?.len(), 1);
     // A copy keeps the rule: its nodes are checked too.
     let copy = def.try_clone()?;
     let copied = copy.nodes()?;
     let dependent = copied
         .iter()
-        .find(|n| matches!(copy.inspect(n), Ok(NodeInfo::Kernel(_, i)) if i.config.attributes.is_dependent()))
+        .find(|n| matches!(copy.inspect(n), Ok(NodeInfo::Kernel(_, i)) if i.dependent))
         .copied()
         .ok_or("the copy lost its programmatic edge")?;
     let plain = NodeParams::kernel(&k.add_one, grid(1, 1), &p)?;
@@ -434,7 +456,10 @@ fn an_exec_keeps_its_attributes(gpu: &Gpu) -> TestResult {
     let other = gpu.device.alloc_zeroed::<i32>(8)?;
     let plain = NodeParams::kernel(&k.cluster_rank, grid(8, 32), &other)?;
     exec.set_params(&n, plain)?;
-    let with = NodeParams::kernel(&k.cluster_rank, cfg, &other)?;
+    // The node's own attributes are taken (nothing changes); others are refused.
+    exec.set_params(&n, NodeParams::kernel(&k.cluster_rank, cfg, &other)?)?;
+    let two = grid(8, 32).with_cluster((2, 1, 1));
+    let with = NodeParams::kernel(&k.cluster_rank, two, &other)?;
     assert_eq!(refusal(exec.set_params(&n, with)), Some(Refusal::Attribute));
     let s = gpu.stream();
     exec.launch(&s)?;

@@ -210,8 +210,9 @@ pub(crate) unsafe fn get_nodes(
     unsafe { drv!(cuGraphGetNodes(graph, nodes, n)) }
 }
 
-/// Lists the edges of `graph` (`cuGraphGetEdges_v2`, without edge data; see
-/// [`crate::driver::compat::edges`]), as `cuGraphGetNodes` lists nodes.
+/// Lists the edges of `graph` (`cuGraphGetEdges_v2`; see [`crate::driver::compat::edges`]), as
+/// `cuGraphGetNodes` lists nodes. The edges' data is read and dropped (a query without it is
+/// refused where an edge is programmatic).
 ///
 /// # Safety
 /// `graph` is live and its tree locked; `n` is valid for reads and writes; `from` and `to` are
@@ -222,8 +223,10 @@ pub(crate) unsafe fn get_edges(
     to: *mut sys::CUgraphNode,
     n: *mut usize,
 ) -> Result<()> {
-    // SAFETY: the caller's promises above; no edge data is asked for.
-    unsafe { edges!(cuGraphGetEdges_v2 / cuGraphGetEdges(graph, from, to; n)) }
+    // SAFETY: `n` is valid for reads (the caller's promise).
+    let mut data = unsafe { edge_data_room(from.is_null(), n) };
+    // SAFETY: the caller's promises above; `data` is null (a count) or has room for `*n`.
+    unsafe { edges!(cuGraphGetEdges_v2 / cuGraphGetEdges(graph, from, to; data.as_ptr(); n)) }
 }
 
 /// Lists the nodes `node` runs after (`cuGraphNodeGetDependencies_v2`, without edge data), as
@@ -237,8 +240,12 @@ pub(crate) unsafe fn node_dependencies(
     deps: *mut sys::CUgraphNode,
     n: *mut usize,
 ) -> Result<()> {
-    // SAFETY: the caller's promises above; no edge data is asked for.
-    unsafe { edges!(cuGraphNodeGetDependencies_v2 / cuGraphNodeGetDependencies(node, deps; n)) }
+    // SAFETY: `n` is valid for reads (the caller's promise).
+    let mut data = unsafe { edge_data_room(deps.is_null(), n) };
+    // SAFETY: the caller's promises above; `data` is null (a count) or has room for `*n`.
+    unsafe {
+        edges!(cuGraphNodeGetDependencies_v2 / cuGraphNodeGetDependencies(node, deps; data.as_ptr(); n))
+    }
 }
 
 /// Lists the nodes that run after `node` (`cuGraphNodeGetDependentNodes_v2`, without edge data),
@@ -252,9 +259,11 @@ pub(crate) unsafe fn node_dependents(
     dependents: *mut sys::CUgraphNode,
     n: *mut usize,
 ) -> Result<()> {
-    // SAFETY: the caller's promises above; no edge data is asked for.
+    // SAFETY: `n` is valid for reads (the caller's promise).
+    let mut data = unsafe { edge_data_room(dependents.is_null(), n) };
+    // SAFETY: the caller's promises above; `data` is null (a count) or has room for `*n`.
     unsafe {
-        edges!(cuGraphNodeGetDependentNodes_v2 / cuGraphNodeGetDependentNodes(node, dependents; n))
+        edges!(cuGraphNodeGetDependentNodes_v2 / cuGraphNodeGetDependentNodes(node, dependents; data.as_ptr(); n))
     }
 }
 
@@ -819,4 +828,38 @@ pub(crate) unsafe fn upload(exec: sys::CUgraphExec, stream: sys::CUstream) -> Re
 pub(crate) unsafe fn exec_destroy(exec: sys::CUgraphExec) -> Result<()> {
     // SAFETY: the caller's promise above.
     unsafe { drv!(cuGraphExecDestroy(exec)) }
+}
+
+/// Room for the edge data of a list query: none for a count (`count_only`), else `*n` entries
+/// (read and dropped).
+///
+/// # Safety
+/// `n` is valid for reads.
+unsafe fn edge_data_room(count_only: bool, n: *mut usize) -> EdgeData {
+    if count_only {
+        return EdgeData(Vec::new());
+    }
+    // SAFETY: the caller's promise.
+    let len = unsafe { *n };
+    let none = sys::CUgraphEdgeData {
+        from_port: 0,
+        to_port: 0,
+        type_: 0,
+        reserved: [0; 5],
+    };
+    EdgeData(vec![none; len])
+}
+
+/// Edge data room for one query ([`edge_data_room`]).
+struct EdgeData(Vec<sys::CUgraphEdgeData>);
+
+impl EdgeData {
+    /// The array the driver writes, or null for a count.
+    fn as_ptr(&mut self) -> *mut sys::CUgraphEdgeData {
+        if self.0.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            self.0.as_mut_ptr()
+        }
+    }
 }
