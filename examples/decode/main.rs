@@ -1063,7 +1063,12 @@ fn run() -> Result<(), Box<dyn Error>> {
                     }
                     // Dependent launches are new: a mode the driver refuses them in is reported
                     // and skipped, and the other rows still print.
-                    println!("decode,{},{},error: {e},,,,,{}", cfg.name, mode.name(), set.name());
+                    println!(
+                        "decode,{},{},error: {e},,,,,{}",
+                        cfg.name,
+                        mode.name(),
+                        set.name()
+                    );
                     continue;
                 }
                 let mut results = Vec::new();
