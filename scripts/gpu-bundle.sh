@@ -49,6 +49,9 @@ for line in sys.stdin:
   cp "$path" "$dest"
   strip "$dest" 2>/dev/null || true
 done
+# The PyTorch peer of examples/serve, run beside it when the machine has PyTorch.
+cp benches/peers/torch_serve.py "$out/"
+
 # The README's quick start, pasted into a crate of its own (path dependency on this one, as a
 # user's crate would depend on the release): it must build as written, and run-all.sh runs it.
 fresh=target/readme-quickstart
@@ -114,6 +117,10 @@ for e in "$here"/example-*; do
     run "$e"
   fi
 done
+# The serving example's PyTorch peer (per-bucket CUDA graphs in one pool), beside it.
+if [ -f "$here/torch_serve.py" ] && python3 -c 'import torch' 2>/dev/null; then
+  run python3 "$here/torch_serve.py" 200 7
+fi
 # The candle example's decode mode: the reference, candle eager and the captured step agree.
 if [ -x "$here/example-candle-capture" ] && [ -f "$here/stories260K.bin" ]; then
   peers="$(mktemp -d)"

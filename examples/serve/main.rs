@@ -556,6 +556,37 @@ fn run() -> Result<(), Box<dyn Error>> {
             }
         );
     }
+    // Steady state per bucket: every row a sequence, 64 steps from position 0, one graph launch
+    // per step (the bandwidth limit reads the weights once per step for the whole batch).
+    let weights = 4 * (LAYERS * (3 * D * D + D * D + 3 * MLP * D) + VOCAB * D);
+    let mut rows_line = Vec::new();
+    for b in BUCKETS {
+        s.memcpy_htod(&m.pos, &vec![0i32; ALL_SLOTS])?;
+        s.memcpy_htod(&m.prompt_len, &vec![1i32; ALL_SLOTS])?;
+        let map: Vec<i32> = (0..ROWS as i32).collect();
+        s.memcpy_htod(&m.rows_slot, &map)?;
+        let g = graphs.get(&b).ok_or("a bucket's graph went missing")?;
+        g.launch(&s)?;
+        s.synchronize()?;
+        s.memcpy_htod(&m.pos, &vec![0i32; ALL_SLOTS])?;
+        let t = Instant::now();
+        for _ in 0..64 {
+            g.launch(&s)?;
+        }
+        s.synchronize()?;
+        let secs = t.elapsed().as_secs_f64();
+        rows_line.push(format!(
+            "| {b} | {:.0} | {:.1} | {:.0} |",
+            (b * 64) as f64 / secs,
+            secs * 1e6 / 64.0,
+            weights as f64 * 64.0 / secs / 1e9
+        ));
+    }
+    println!("| batch | tok/s | us per step | weight GB/s |");
+    println!("| --- | --- | --- | --- |");
+    for r in rows_line {
+        println!("{r}");
+    }
     let usage = device.graph_memory_usage()?;
     println!("graph memory: {usage:?}");
     Ok(())
