@@ -23,11 +23,15 @@ fn walk(dir: &Path, out: &mut Vec<(String, usize, String)>) {
 
 #[test]
 fn the_crate_files_no_refusal_as_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    if !src.is_dir() {
+        // A test binary carried away from its checkout (the GPU bundle): a source check has
+        // nothing to read there; `cargo test` runs it where the sources are.
+        println!("no sources at {}: skipped", src.display());
+        return;
+    }
     let mut found = Vec::new();
-    walk(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut found,
-    );
+    walk(&src, &mut found);
     // The kind's own documentation names it.
     found.retain(|(_, _, line)| !line.starts_with("///") && !line.starts_with("//!"));
     assert!(
