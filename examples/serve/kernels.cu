@@ -6,6 +6,11 @@
 
 typedef unsigned long long u64;
 
+// NVRTC includes no <math.h>: the one constant the kernels need from it.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 // Uniform in [-scale, scale) from a hash of (seed, index): weights made on the device.
 extern "C" __global__ void init_uniform(float* w, u64 n, unsigned seed, float scale) {
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -146,7 +151,9 @@ extern "C" __global__ void silu_mul(const float* gu, float* act, int mlp) {
 }
 
 // The greedy next token of row r (the first of equal maxima), written after the slot's prompt,
-// and the slot's position advanced (held at the last row for padding slots) (grid: rows).
+// and the slot's position advanced (held at the last row). A slot whose prompt length is 0 is a
+// padding row's: nothing is written and its position stays at 0, so it costs one cache row of
+// attention per step (grid: rows).
 extern "C" __global__ void argmax_next(const float* logits, const int* rows_slot,
                                        const int* prompt_len, int* tokens, int* pos,
                                        int vocab, int max_t) {
@@ -171,7 +178,7 @@ extern "C" __global__ void argmax_next(const float* logits, const int* rows_slot
         for (int w = 1; w < warps; w++)
             if (best_v[w] > v || (best_v[w] == v && best_i[w] < at)) { v = best_v[w]; at = best_i[w]; }
         int p = pos[s];
-        if (p + 1 < max_t) {
+        if (prompt_len[s] > 0 && p + 1 < max_t) {
             if (p + 1 >= prompt_len[s]) tokens[(u64)s * max_t + p + 1] = at;
             pos[s] = p + 1;
         }

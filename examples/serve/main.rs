@@ -346,7 +346,7 @@ fn bucket(n: usize) -> usize {
     BUCKETS.into_iter().find(|&b| b >= n).unwrap_or(ROWS)
 }
 
-/// Each request's tokens (prompt and generated), and the steps the loop ran.
+/// Each request's tokens (prompt and generated), and the steps the loop ran on the GPU.
 type Served = (Vec<Vec<i32>>, usize);
 
 /// Runs `reqs` through the continuous-batching loop.
@@ -358,13 +358,13 @@ fn serve(
     mut runner: Runner<'_>,
     max_rows: usize,
 ) -> Result<Served, Box<dyn Error>> {
-    // Padding slots start (and stay) at position 0, with nothing to read.
+    // Every slot at position 0; padding slots (prompt length 0) stay there.
     s.memcpy_htod(&m.pos, &vec![0i32; ALL_SLOTS])?;
-    s.memcpy_htod(&m.prompt_len, &vec![1i32; ALL_SLOTS])?;
+    s.memcpy_htod(&m.prompt_len, &vec![0i32; ALL_SLOTS])?;
     let mut out = vec![Vec::new(); reqs.len()];
     // Per slot: the request in it and the steps it has left.
     let mut slots: Vec<Option<(usize, usize)>> = vec![None; SLOTS];
-    let (mut next, mut done, mut step) = (0, 0, 0);
+    let (mut next, mut done, mut step, mut ran) = (0, 0, 0, 0);
     while done < reqs.len() {
         // Admit arrived requests into free slots (at most `max_rows` active).
         let active = slots.iter().filter(|x| x.is_some()).count();
@@ -390,9 +390,11 @@ fn serve(
         }
         let live: Vec<usize> = (0..SLOTS).filter(|&i| slots[i].is_some()).collect();
         if live.is_empty() {
+            // Nothing has arrived yet: time passes, no step runs.
             step += 1;
             continue;
         }
+        ran += 1;
         let rows = bucket(live.len());
         let mut map: Vec<i32> = live.iter().map(|&i| i as i32).collect();
         map.extend((live.len()..ROWS).map(|r| (SLOTS + r) as i32));
@@ -425,7 +427,7 @@ fn serve(
         }
     }
     s.synchronize()?;
-    Ok((out, step))
+    Ok((out, ran))
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
