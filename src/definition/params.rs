@@ -303,14 +303,15 @@ impl NodeParams<node_kind::Memset> {
 
 impl NodeParams<node_kind::Memcpy> {
     /// A device-to-device copy of a 2D or 3D `region` of `src` into `dst`, for a
-    /// [`MemcpyNode`](crate::MemcpyNode): checked against both buffers as
-    /// [`Copy3d`](crate::Copy3d) says.
+    /// [`MemcpyNode`](crate::MemcpyNode) of a definition: checked against both buffers as
+    /// [`Copy3d`](crate::Copy3d) says. (An exec's memcpy node takes only 1D copies, the
+    /// driver's rule: [`Refusal::Unsupported`] there.)
     ///
     /// ```no_run
     /// # use cuda_graph::prelude::*;
     /// # use cuda_graph::{Copy3d, MemcpyNode};
-    /// # fn f(g: &Graph, c: &MemcpyNode, image: &DeviceBuffer<u8>, tile: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
-    /// g.set_params(c, NodeParams::memcpy_3d(tile, image, Copy3d::rows(32, 32, 640, 32))?)?;
+    /// # fn f(def: &GraphDefinition, c: &MemcpyNode, image: &DeviceBuffer<u8>, tile: &DeviceBuffer<u8>) -> cuda_graph::Result<()> {
+    /// def.set_params(c, NodeParams::memcpy_3d(tile, image, Copy3d::rows(32, 32, 640, 32))?)?;
     /// # Ok(()) }
     /// ```
     pub fn memcpy_3d<T: DeviceCopy>(
@@ -646,9 +647,15 @@ impl RawParams {
             (&RawParams::Memcpy { dst, src, region }, _) => {
                 let copy = driver::memory::copy3d(dst, src, &region);
                 match target {
-                    // SAFETY: the caller's promises; both buffers hold `bytes` bytes (checked when
-                    // the parameters were made) and the node holds them.
+                    // SAFETY: the caller's promises; both regions lie in their buffers (checked
+                    // when the parameters were made) and the node holds them.
                     Target::Definition => unsafe { g::memcpy_node_set_params(node, &copy) },
+                    // The driver updates an exec's memcpy node only between 1D copies
+                    // (`cuGraphExecMemcpyNodeSetParams`).
+                    Target::Exec(_) if region.height > 1 || region.depth > 1 => Err(Error::invalid(
+                        Refusal::Unsupported,
+                        "an exec's memcpy node takes only a 1D copy (the driver updates no 2D or 3D copy in an exec): set the region on the definition's node and instantiate again, or update the exec from it (Graph::update)",
+                    )),
                     // SAFETY: as above; the exec holds them.
                     Target::Exec(e) => unsafe {
                         g::exec_memcpy_node_set_params(e, node, &copy, ctx)

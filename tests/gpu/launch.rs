@@ -231,6 +231,9 @@ type TotalLaunch<'a> = &'a dyn Fn(
     &DeviceBuffer<i32>,
 ) -> cuda_graph::Result<()>;
 
+/// A grid this small would also stay resident without the attribute: the read-backs are what
+/// show the attribute reached each front end; the barrier shows the launches run (a grid too
+/// large to be resident is refused, `attribute_values_the_device_cannot_take_are_refused`).
 fn cooperative_grids_synchronise_as_a_whole(gpu: &Gpu) -> TestResult {
     let k = kernels(gpu)?;
     let sms = 16u32;
@@ -258,11 +261,14 @@ fn cooperative_grids_synchronise_as_a_whole(gpu: &Gpu) -> TestResult {
         let ended = b.end_building()?;
         let def = ended.graph_definition()?;
         let node = def.nodes()?[0];
-        if let NodeInfo::Kernel(_, info) = def.inspect(&node)? {
-            assert!(
-                info.config.attributes.cooperative,
-                "captured node not cooperative"
-            );
+        match def.inspect(&node)? {
+            NodeInfo::Kernel(_, info) => {
+                assert!(
+                    info.config.attributes.cooperative,
+                    "captured node not cooperative"
+                )
+            }
+            other => panic!("expected a kernel node, got {other:?}"),
         }
         ended.instantiate()?.launch(&s)
     })?;

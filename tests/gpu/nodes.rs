@@ -907,13 +907,18 @@ fn region_copies_in_every_front_end(gpu: &Gpu) -> TestResult {
     exec.launch(&s)?;
     s.synchronize()?;
     assert_eq!(&a.to_vec()?[..15], &want2d[..], "definition 2D");
+    // An exec's memcpy node takes only 1D copies (the driver's rule): refused before it.
     let b2 = gpu.device.alloc_zeroed::<i32>(30)?;
-    exec.set_params(&n, NodeParams::memcpy_3d(&b2, &src, region3d)?)?;
-    exec.launch(&s)?;
+    let e = exec
+        .set_params(&n, NodeParams::memcpy_3d(&b2, &src, region3d)?)
+        .expect_err("a 3D copy into an exec's memcpy node");
+    assert_eq!(e.refusal(), Some(Refusal::Unsupported), "{e}");
+    // The definition's node takes it, and an exec made from it runs it.
+    def.set_params(&n, NodeParams::memcpy_3d(&b2, &src, region3d)?)?;
+    assert_eq!(def.node_info(&n)?.depth, 2);
+    def.instantiate()?.launch(&s)?;
     s.synchronize()?;
-    assert_eq!(b2.to_vec()?, want3d, "exec updated to 3D");
-    def.set_params(&n, NodeParams::memcpy_3d(&b2, &src, plane2d)?)?;
-    assert_eq!(def.node_info(&n)?.depth, 1);
+    assert_eq!(b2.to_vec()?, want3d, "definition updated to 3D");
     // Regions that do not fit: refused in every front end, nothing recorded or added.
     let small = gpu.device.alloc_zeroed::<i32>(14)?;
     let nodes = def.nodes()?.len();
