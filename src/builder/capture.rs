@@ -125,7 +125,7 @@ impl<K: Kind, S: State> GraphBuilder<K, S> {
         S: IsCapturing,
     {
         let mut config = config;
-        config.attributes.programmatic = true;
+        config.attributes = config.attributes.set_dependent(true);
         self.core.stream.launch_via(
             self.core.own_capture(),
             kernel.waiting_kernel(),

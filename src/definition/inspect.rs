@@ -599,10 +599,10 @@ fn kernel_info(tree: &TreeState, n: &GraphNode, raw: sys::CUgraphNode) -> Result
     let dependent = unsafe { driver::launch::has_programmatic_dependency(raw) }?;
     // The dependent flag stays out of the configuration: a safe caller reusing it must not
     // make a dependent launch of a kernel that has not declared its wait.
-    let mut attributes = crate::LaunchAttributes::NONE;
-    attributes.cluster = raw_attributes.cluster;
-    attributes.priority = raw_attributes.priority;
-    attributes.cooperative = raw_attributes.cooperative;
+    let attributes = crate::LaunchAttributes::NONE
+        .set_cluster(raw_attributes.cluster)
+        .set_priority(raw_attributes.priority)
+        .set_cooperative(raw_attributes.cooperative);
     let config = LaunchConfig {
         grid: (p.gridDimX, p.gridDimY, p.gridDimZ),
         block: (p.blockDimX, p.blockDimY, p.blockDimZ),

@@ -156,19 +156,35 @@ impl GraphDefinition {
     ) -> Result<KernelNode> {
         let function = kernel.function();
         self.same_device(function.device, "kernel's module")?;
-        let attrs = attributes_of(function, &config)?;
+        if !config.attributes.is_empty() {
+            return self.add_kernel_attributed(deps, kernel, config, args);
+        }
+        let attrs: Option<RawAttributes> = None;
         crate::runtime::with_refs(&args, self.handle().ctx.device, |refs| {
             refs.check_device("graph")?;
             refs.check_target(Some(self.handle()))?;
             let params = config.kernel_node_params(function, refs.params());
             if refs.uses_graph_memory() {
-                return self.add_kernel_with_graph_memory(deps, function, &params, attrs, refs);
+                return self.add_kernel_with_graph_memory(
+                    deps,
+                    function,
+                    &params,
+                    attrs.as_ref(),
+                    refs,
+                );
             }
             if let [one] = refs.owners.as_slice() {
                 let extra = one.shared();
                 // SAFETY: as below.
                 return unsafe {
-                    self.add_kernel_params(deps, function, &params, attrs, Some(extra), |_| {})
+                    self.add_kernel_params(
+                        deps,
+                        function,
+                        &params,
+                        attrs.as_ref(),
+                        Some(extra),
+                        |_| {},
+                    )
                 };
             }
             let keep = |owners: &mut Owners| {
@@ -179,7 +195,58 @@ impl GraphDefinition {
             };
             // SAFETY: `params` points at argument bytes that outlive the call; `Kernel`'s maker
             // promised its signature and bounds, and the arguments match it (`ArgsFor`).
-            unsafe { self.add_kernel_params(deps, function, &params, attrs, None, keep) }
+            unsafe { self.add_kernel_params(deps, function, &params, attrs.as_ref(), None, keep) }
+        })
+    }
+
+    /// [`add_kernel`](Self::add_kernel) with launch attributes: off the plain node's path.
+    #[cold]
+    #[inline(never)]
+    fn add_kernel_attributed<S: crate::Signature>(
+        &self,
+        deps: &[&GraphNode],
+        kernel: &crate::Kernel<S>,
+        config: LaunchConfig,
+        args: impl crate::ArgsFor<S>,
+    ) -> Result<KernelNode> {
+        let function = kernel.function();
+        let attrs = attributes_of(function, &config)?;
+        crate::runtime::with_refs(&args, self.handle().ctx.device, |refs| {
+            refs.check_device("graph")?;
+            refs.check_target(Some(self.handle()))?;
+            let params = config.kernel_node_params(function, refs.params());
+            if refs.uses_graph_memory() {
+                return self.add_kernel_with_graph_memory(
+                    deps,
+                    function,
+                    &params,
+                    attrs.as_ref(),
+                    refs,
+                );
+            }
+            if let [one] = refs.owners.as_slice() {
+                let extra = one.shared();
+                // SAFETY: as below.
+                return unsafe {
+                    self.add_kernel_params(
+                        deps,
+                        function,
+                        &params,
+                        attrs.as_ref(),
+                        Some(extra),
+                        |_| {},
+                    )
+                };
+            }
+            let keep = |owners: &mut Owners| {
+                owners.reserve_exact(refs.owners.len());
+                for o in &refs.owners {
+                    owners.push(o.owner());
+                }
+            };
+            // SAFETY: `params` points at argument bytes that outlive the call; `Kernel`'s maker
+            // promised its signature and bounds, and the arguments match it (`ArgsFor`).
+            unsafe { self.add_kernel_params(deps, function, &params, attrs.as_ref(), None, keep) }
         })
     }
 
@@ -211,7 +278,7 @@ impl GraphDefinition {
         args: impl crate::ArgsFor<K::Sig>,
     ) -> Result<KernelNode> {
         let mut config = config;
-        config.attributes.programmatic = true;
+        config.attributes = config.attributes.set_dependent(true);
         self.add_kernel(deps, kernel.waiting_kernel(), config, args)
     }
 
@@ -240,14 +307,17 @@ impl GraphDefinition {
         args: &KernelArgs<'_>,
     ) -> Result<KernelNode> {
         self.same_device(function.device, "kernel's module")?;
-        let attrs = attributes_of(function, &config)?;
+        if !config.attributes.is_empty() {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.add_kernel_unchecked_with(deps, function, config, args) };
+        }
         let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
         let params = config.kernel_node_params(function, args.fill_pointers(&mut ptrs, &mut spill));
         if let Some(one) = args.only_owner() {
             let extra = one.shared();
             // SAFETY: as below.
             return unsafe {
-                self.add_kernel_params(deps, function, &params, attrs, Some(extra), |_| {})
+                self.add_kernel_params(deps, function, &params, None, Some(extra), |_| {})
             };
         }
         let keep = |owners: &mut Owners| {
@@ -259,7 +329,36 @@ impl GraphDefinition {
         };
         // SAFETY: `params` points at argument storage that outlives the call; the caller
         // promises the arguments match the kernel.
-        unsafe { self.add_kernel_params(deps, function, &params, attrs, None, keep) }
+        unsafe { self.add_kernel_params(deps, function, &params, None, None, keep) }
+    }
+
+    /// [`add_kernel_unchecked`](Self::add_kernel_unchecked) with launch attributes: off the
+    /// plain node's path.
+    ///
+    /// # Safety
+    /// As [`add_kernel_unchecked`](Self::add_kernel_unchecked).
+    #[cold]
+    #[inline(never)]
+    unsafe fn add_kernel_unchecked_with(
+        &self,
+        deps: &[&GraphNode],
+        function: &Function,
+        config: LaunchConfig,
+        args: &KernelArgs<'_>,
+    ) -> Result<KernelNode> {
+        let attrs = attributes_of(function, &config)?;
+        let (mut ptrs, mut spill) = (crate::runtime::launch::NO_POINTERS, Vec::new());
+        let params = config.kernel_node_params(function, args.fill_pointers(&mut ptrs, &mut spill));
+        let keep = |owners: &mut Owners| {
+            let held = args.owners();
+            owners.reserve_exact(held.clone().count());
+            for o in held {
+                owners.push(o.owner());
+            }
+        };
+        // SAFETY: `params` points at argument storage that outlives the call; the caller
+        // promises the arguments match the kernel; the attributes were checked above.
+        unsafe { self.add_kernel_params(deps, function, &params, attrs.as_ref(), None, keep) }
     }
 
     /// The kernel node both launch forms add: `params` for `function`, the function's module
@@ -274,7 +373,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         function: &Function,
         params: &sys::CUDA_KERNEL_NODE_PARAMS,
-        attrs: Option<RawAttributes>,
+        attrs: Option<&RawAttributes>,
         extra: Option<SharedRef<'_>>,
         keep: impl FnOnce(&mut Owners),
     ) -> Result<KernelNode> {
@@ -303,7 +402,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         function: &Function,
         params: &sys::CUDA_KERNEL_NODE_PARAMS,
-        attrs: Option<RawAttributes>,
+        attrs: Option<&RawAttributes>,
         refs: &crate::runtime::ArgRefs<'_>,
     ) -> Result<KernelNode> {
         let uses = refs.graph_uses();
@@ -352,7 +451,7 @@ impl GraphDefinition {
         deps: &[&GraphNode],
         function: &Function,
         params: &sys::CUDA_KERNEL_NODE_PARAMS,
-        attrs: Option<RawAttributes>,
+        attrs: Option<&RawAttributes>,
         extra: Option<SharedRef<'_>>,
         keep: impl FnOnce(&mut Owners),
         check: impl FnOnce(&TreeState, *const sys::CUgraphNode, usize) -> Result<()>,
@@ -375,24 +474,49 @@ impl GraphDefinition {
         // and launches and captures on a stream of its own, do not need it (see
         // `PrimaryContext::bind_cached`).
         ctx.bind_checked()?;
-        let Some(attrs) = attrs else {
-            return self
-                .add_node_then_checked(
-                    deps,
-                    &[],
-                    shared,
-                    keep,
-                    check,
-                    |g, d, n, out| {
-                        // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it;
-                        // `params` is valid and its arguments match the kernel (this function's
-                        // contract; the driver copies the argument bytes).
-                        unsafe { driver::graph::add_kernel_node(ctx, out, g, d, n, params) }
-                    },
-                    then,
-                )
-                .map(TypedNode::new);
-        };
+        if let Some(attrs) = attrs {
+            // SAFETY: forwarded from the caller.
+            return unsafe {
+                self.add_kernel_params_with(deps, params, attrs, shared, keep, check, then)
+            };
+        }
+        self.add_node_then_checked(
+            deps,
+            &[],
+            shared,
+            keep,
+            check,
+            |g, d, n, out| {
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` is
+                // valid and its arguments match the kernel (this function's contract; the driver
+                // copies the argument bytes).
+                unsafe { driver::graph::add_kernel_node(ctx, out, g, d, n, params) }
+            },
+            then,
+        )
+        .map(TypedNode::new)
+    }
+
+    /// [`add_kernel_params_checked`](Self::add_kernel_params_checked) of a node with launch
+    /// attributes (or programmatic edges): off the plain node's path.
+    ///
+    /// # Safety
+    /// As [`add_kernel_params_checked`](Self::add_kernel_params_checked), with `attrs` checked
+    /// against the device (`attributes_of`) and the context bound (`bind_checked`).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn add_kernel_params_with(
+        &self,
+        deps: &[&GraphNode],
+        params: &sys::CUDA_KERNEL_NODE_PARAMS,
+        attrs: &RawAttributes,
+        shared: &[SharedRef<'_>],
+        keep: impl FnOnce(&mut Owners),
+        check: impl FnOnce(&TreeState, *const sys::CUgraphNode, usize) -> Result<()>,
+        then: impl FnOnce(&mut TreeState, &GraphNode),
+    ) -> Result<KernelNode> {
+        let ctx = &*self.handle().ctx;
         let mut kept_without = None;
         let node = self.add_node_then_checked(
             deps,
@@ -401,9 +525,11 @@ impl GraphDefinition {
             keep,
             check,
             |g, d, n, out| {
-                // SAFETY: as above; the attributes were checked (`attributes_of`).
+                // SAFETY: `g` is live and locked, `d` holds `n` checked nodes of it; `params` is
+                // valid and its arguments match the kernel (the caller's contract); the
+                // attributes were checked (`attributes_of`).
                 kept_without = unsafe {
-                    driver::launch::add_kernel_node_with(ctx, out, g, d, n, params, attrs)
+                    driver::launch::add_kernel_node_with(ctx, out, g, d, n, params, *attrs)
                 }?;
                 Ok(())
             },

@@ -200,7 +200,7 @@ impl NodeParams<node_kind::Kernel> {
         args: impl crate::ArgsFor<D::Sig>,
     ) -> Result<Self> {
         let mut config = config;
-        config.attributes.programmatic = true;
+        config.attributes = config.attributes.set_dependent(true);
         Self::kernel(kernel.waiting_kernel(), config, args)
     }
 
@@ -489,7 +489,7 @@ pub(crate) unsafe fn check_programmatic(
     let RawParams::Kernel(kernel) = raw else {
         return Ok(());
     };
-    if !tree.programmatic || kernel.config.attributes.programmatic {
+    if !tree.programmatic || kernel.config.attributes.is_dependent() {
         return Ok(());
     }
     // SAFETY: the caller's promise.
@@ -565,12 +565,11 @@ impl RawParams {
                     config.kernel_node_params(function, args.fill_pointers(&mut ptrs, &mut spill));
                 // Whether the kernel waits is checked before (`check_programmatic`); the edge
                 // itself is not a parameter.
-                let mut given = config.attributes;
-                given.programmatic = false;
+                let given = config.attributes.set_dependent(false);
                 let given_raw = driver::launch::RawAttributes {
-                    cluster: given.cluster,
-                    priority: given.priority,
-                    cooperative: given.cooperative,
+                    cluster: given.cluster(),
+                    priority: given.priority(),
+                    cooperative: given.cooperative(),
                     programmatic: false,
                 };
                 // No attributes given: the node keeps its own (not asked of the driver, so a

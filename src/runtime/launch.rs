@@ -14,7 +14,7 @@ use crate::driver::graph::Owner;
 /// let config = LaunchConfig { grid: (8, 1, 1), block: (128, 1, 1), ..LaunchConfig::single() }
 ///     .with_cluster((2, 1, 1))
 ///     .with_priority(-1);
-/// assert_eq!(config.attributes.cluster, Some((2, 1, 1)));
+/// assert_eq!(config.attributes.cluster(), Some((2, 1, 1)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchConfig {
@@ -40,48 +40,100 @@ pub struct LaunchConfig {
 /// attribute here: see [`Kernel::dependent`](crate::Kernel::dependent).
 ///
 /// [`GraphDefinition::inspect`]: crate::GraphDefinition::inspect
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct LaunchAttributes {
-    /// Blocks per thread-block cluster, `(x, y, z)` (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`):
-    /// needs compute capability 9.0; each dimension divides the grid's, and a cluster holds at
-    /// most 8 blocks (the portable size).
-    pub cluster: Option<(u32, u32, u32)>,
-    /// The launch's priority (`CU_LAUNCH_ATTRIBUTE_PRIORITY`), within the context's range
-    /// ([`Device::stream_priority_range`](crate::Device::stream_priority_range): lower numbers
-    /// are higher priorities). A graph honours its nodes' priorities when instantiated with
-    /// [`InstantiateOptions::use_node_priority`](crate::InstantiateOptions::use_node_priority).
-    pub priority: Option<i32>,
-    /// A cooperative launch (`CU_LAUNCH_ATTRIBUTE_COOPERATIVE`): every block of the grid is
-    /// resident at once, so the grid may synchronise as a whole (`grid.sync()`); the grid must
-    /// fit the device at once (checked with the kernel's occupancy).
-    pub cooperative: bool,
-    /// A programmatic dependent launch (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`,
-    /// a programmatic edge in a graph): set by the dependent launches
-    /// ([`Stream::launch_dependent`](crate::Stream::launch_dependent) and the builder's and
-    /// definition's), or by the `unsafe`
-    /// [`LaunchConfig::with_dependent_launch`].
-    pub(crate) programmatic: bool,
+    // Packed so that a plain launch tests one byte (`flags == 0`) and a `LaunchConfig` stays
+    // small on the hot paths. Values outside the fields' range saturate, and every saturated
+    // value is one the checks refuse (a cluster dimension past 8, a priority past the range).
+    cluster: [u16; 3],
+    priority: i16,
+    flags: u8,
+}
+
+const CLUSTER: u8 = 1;
+const PRIORITY: u8 = 2;
+const COOPERATIVE: u8 = 4;
+const PROGRAMMATIC: u8 = 8;
+
+/// `v` in a `u16`, saturating.
+const fn sat_u16(v: u32) -> u16 {
+    if v > u16::MAX as u32 {
+        u16::MAX
+    } else {
+        v as u16
+    }
+}
+
+impl std::fmt::Debug for LaunchAttributes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaunchAttributes")
+            .field("cluster", &self.cluster())
+            .field("priority", &self.priority())
+            .field("cooperative", &self.cooperative())
+            .field("dependent", &self.is_dependent())
+            .finish()
+    }
 }
 
 impl LaunchAttributes {
     /// No attributes: a plain launch.
     pub const NONE: LaunchAttributes = LaunchAttributes {
-        cluster: None,
-        priority: None,
-        cooperative: false,
-        programmatic: false,
+        cluster: [0; 3],
+        priority: 0,
+        flags: 0,
     };
 
+    /// Blocks per thread-block cluster, `(x, y, z)` (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`),
+    /// if set ([`LaunchConfig::with_cluster`]): needs compute capability 9.0; each dimension
+    /// divides the grid's, and a cluster holds at most 8 blocks (the portable size).
+    ///
+    /// ```
+    /// let c = cuda_graph::LaunchConfig::single().with_cluster((2, 1, 1));
+    /// assert_eq!(c.attributes.cluster(), Some((2, 1, 1)));
+    /// ```
+    #[inline]
+    pub const fn cluster(&self) -> Option<(u32, u32, u32)> {
+        if self.flags & CLUSTER == 0 {
+            return None;
+        }
+        let [x, y, z] = self.cluster;
+        Some((x as u32, y as u32, z as u32))
+    }
+
+    /// The launch's priority (`CU_LAUNCH_ATTRIBUTE_PRIORITY`), if set
+    /// ([`LaunchConfig::with_priority`]): within the context's range
+    /// ([`Device::stream_priority_range`](crate::Device::stream_priority_range): lower numbers
+    /// are higher priorities). A graph honours its nodes' priorities when instantiated with
+    /// [`InstantiateOptions::use_node_priority`](crate::InstantiateOptions::use_node_priority).
+    #[inline]
+    pub const fn priority(&self) -> Option<i32> {
+        if self.flags & PRIORITY == 0 {
+            return None;
+        }
+        Some(self.priority as i32)
+    }
+
+    /// Whether the launch is cooperative (`CU_LAUNCH_ATTRIBUTE_COOPERATIVE`,
+    /// [`LaunchConfig::with_cooperative`]): every block of the grid is resident at once, so the
+    /// grid may synchronise as a whole (`grid.sync()`); the grid must fit the device at once
+    /// (checked with the kernel's occupancy).
+    #[inline]
+    pub const fn cooperative(&self) -> bool {
+        self.flags & COOPERATIVE != 0
+    }
+
     /// Whether the launch may begin before the kernel it depends on has ended (programmatic
-    /// dependent launch).
+    /// dependent launch: `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`, a
+    /// programmatic edge in a graph). Set by the dependent launches
+    /// ([`Stream::launch_dependent`](crate::Stream::launch_dependent) and the builder's and
+    /// definition's), or by the `unsafe` [`LaunchConfig::with_dependent_launch`].
     ///
     /// ```
     /// assert!(!cuda_graph::LaunchConfig::single().attributes.is_dependent());
     /// ```
     #[inline]
     pub const fn is_dependent(&self) -> bool {
-        self.programmatic
+        self.flags & PROGRAMMATIC != 0
     }
 
     /// Whether no attribute is set.
@@ -91,7 +143,63 @@ impl LaunchAttributes {
     /// ```
     #[inline]
     pub const fn is_empty(&self) -> bool {
-        self.cluster.is_none() && self.priority.is_none() && !self.cooperative && !self.programmatic
+        self.flags == 0
+    }
+
+    /// These attributes with clusters of `dims` blocks (or none).
+    pub(crate) const fn set_cluster(mut self, dims: Option<(u32, u32, u32)>) -> Self {
+        match dims {
+            Some((x, y, z)) => {
+                self.cluster = [sat_u16(x), sat_u16(y), sat_u16(z)];
+                self.flags |= CLUSTER;
+            }
+            None => {
+                self.cluster = [0; 3];
+                self.flags &= !CLUSTER;
+            }
+        }
+        self
+    }
+
+    /// These attributes at `priority` (or none).
+    pub(crate) const fn set_priority(mut self, priority: Option<i32>) -> Self {
+        match priority {
+            Some(p) => {
+                self.priority = if p > i16::MAX as i32 {
+                    i16::MAX
+                } else if p < i16::MIN as i32 {
+                    i16::MIN
+                } else {
+                    p as i16
+                };
+                self.flags |= PRIORITY;
+            }
+            None => {
+                self.priority = 0;
+                self.flags &= !PRIORITY;
+            }
+        }
+        self
+    }
+
+    /// These attributes cooperative, or not.
+    pub(crate) const fn set_cooperative(mut self, on: bool) -> Self {
+        if on {
+            self.flags |= COOPERATIVE;
+        } else {
+            self.flags &= !COOPERATIVE;
+        }
+        self
+    }
+
+    /// These attributes as a dependent launch, or not.
+    pub(crate) const fn set_dependent(mut self, on: bool) -> Self {
+        if on {
+            self.flags |= PROGRAMMATIC;
+        } else {
+            self.flags &= !PROGRAMMATIC;
+        }
+        self
     }
 }
 
@@ -154,19 +262,19 @@ impl LaunchConfig {
     /// This configuration with thread-block clusters of `dims` blocks
     /// ([`LaunchAttributes::cluster`]).
     pub const fn with_cluster(mut self, dims: (u32, u32, u32)) -> Self {
-        self.attributes.cluster = Some(dims);
+        self.attributes = self.attributes.set_cluster(Some(dims));
         self
     }
 
     /// This configuration at `priority` ([`LaunchAttributes::priority`]).
     pub const fn with_priority(mut self, priority: i32) -> Self {
-        self.attributes.priority = Some(priority);
+        self.attributes = self.attributes.set_priority(Some(priority));
         self
     }
 
     /// This configuration launched cooperatively, or not ([`LaunchAttributes::cooperative`]).
     pub const fn with_cooperative(mut self, on: bool) -> Self {
-        self.attributes.cooperative = on;
+        self.attributes = self.attributes.set_cooperative(on);
         self
     }
 
@@ -184,7 +292,7 @@ impl LaunchConfig {
     /// predecessor writes, and before its first write to memory the predecessor reads: the
     /// predecessor may still be running until then.
     pub const unsafe fn with_dependent_launch(mut self) -> Self {
-        self.attributes.programmatic = true;
+        self.attributes = self.attributes.set_dependent(true);
         self
     }
 }
@@ -776,9 +884,9 @@ pub(crate) fn check_attributes(
     ctx.bind()?;
     let device = function.device;
     let a = config.attributes;
-    let programmatic = a.programmatic;
+    let programmatic = a.is_dependent();
     let major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)?;
-    if let Some((x, y, z)) = a.cluster {
+    if let Some((x, y, z)) = a.cluster() {
         if major < 9 {
             return refuse(format!(
                 "thread-block clusters need compute capability 9.0; this device has {major}.x"
@@ -799,7 +907,7 @@ pub(crate) fn check_attributes(
             ));
         }
     }
-    if let Some(p) = a.priority {
+    if let Some(p) = a.priority() {
         // SAFETY: the context is bound above.
         let (least, greatest) = unsafe { crate::driver::launch::priority_range(ctx) }?;
         if p < greatest || p > least {
@@ -808,7 +916,7 @@ pub(crate) fn check_attributes(
             ));
         }
     }
-    if a.cooperative {
+    if a.cooperative() {
         if attribute(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, device)? == 0 {
             return refuse("this device cannot launch cooperative grids".into());
         }
@@ -841,9 +949,9 @@ pub(crate) fn check_attributes(
         ));
     }
     Ok(crate::driver::launch::RawAttributes {
-        cluster: a.cluster,
-        priority: a.priority,
-        cooperative: a.cooperative,
+        cluster: a.cluster(),
+        priority: a.priority(),
+        cooperative: a.cooperative(),
         programmatic,
     })
 }
@@ -862,9 +970,9 @@ mod tests {
             .with_cooperative(true);
         assert!(!c.attributes.is_empty() && !c.attributes.is_dependent());
         let raw = crate::driver::launch::RawAttributes {
-            cluster: c.attributes.cluster,
-            priority: c.attributes.priority,
-            cooperative: c.attributes.cooperative,
+            cluster: c.attributes.cluster(),
+            priority: c.attributes.priority(),
+            cooperative: c.attributes.cooperative(),
             programmatic: true,
         };
         let (array, n) = raw.to_array();

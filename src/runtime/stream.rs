@@ -451,7 +451,7 @@ impl Stream {
         args: impl crate::ArgsFor<K::Sig>,
     ) -> Result<()> {
         let mut config = config;
-        config.attributes.programmatic = true;
+        config.attributes = config.attributes.set_dependent(true);
         self.launch_via(None, kernel.waiting_kernel(), config, args)
     }
 
@@ -525,7 +525,7 @@ impl Stream {
             // SAFETY: the capture's dependencies are live nodes of its graph, whose tree is
             // locked and whose stream's slot is held (`rec`).
             unsafe { crate::driver::graph::ledger::check_after_allocations(graph, &deps, refs.graph_uses()) }?;
-            if config.attributes.programmatic {
+            if config.attributes.is_dependent() {
                 tree.programmatic = true;
             }
             tree.keep(&function.module);
@@ -540,7 +540,7 @@ impl Stream {
             // pointer per parameter, each at argument bytes that live until the call returns;
             // `Kernel`'s maker promised its signature and bounds, and the graph memory among the
             // arguments exists when the node runs (checked above, and at its free).
-            unsafe { self.launch_here(function, config, params) }?;
+            unsafe { self.launch_here::<true>(function, config, params) }?;
             match crate::driver::graph::ledger::capture_dependencies(stream)?.as_slice() {
                 [node] => {
                     crate::driver::graph::ledger::note_users(tree, *node as usize, refs.graph_uses());
@@ -629,7 +629,53 @@ impl Stream {
     /// `params` points at one pointer per kernel parameter, each at argument bytes that live
     /// until this returns and match the kernel's parameter; the kernel stays within the memory
     /// it is given.
+    #[inline(always)]
     unsafe fn launch_recorded<'a>(
+        &self,
+        own: Option<OwnCapture<'_>>,
+        function: &Function,
+        config: &LaunchConfig,
+        params: *mut *mut std::ffi::c_void,
+        owners: impl Iterator<Item = super::OwnerRef<'a>> + Clone,
+        check: impl FnOnce(Option<&GraphHandle>) -> Result<()>,
+    ) -> Result<()> {
+        if config.attributes.is_empty() {
+            // SAFETY: the caller's promise.
+            unsafe {
+                self.launch_recorded_as::<false>(own, function, config, params, owners, check)
+            }
+        } else {
+            // SAFETY: the caller's promise.
+            unsafe { self.launch_recorded_attributed(own, function, config, params, owners, check) }
+        }
+    }
+
+    /// [`launch_recorded`](Self::launch_recorded) of a launch with attributes: off the plain
+    /// launch's path.
+    ///
+    /// # Safety
+    /// As [`launch_recorded`](Self::launch_recorded).
+    #[cold]
+    #[inline(never)]
+    unsafe fn launch_recorded_attributed<'a>(
+        &self,
+        own: Option<OwnCapture<'_>>,
+        function: &Function,
+        config: &LaunchConfig,
+        params: *mut *mut std::ffi::c_void,
+        owners: impl Iterator<Item = super::OwnerRef<'a>> + Clone,
+        check: impl FnOnce(Option<&GraphHandle>) -> Result<()>,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise.
+        unsafe { self.launch_recorded_as::<true>(own, function, config, params, owners, check) }
+    }
+
+    /// [`launch_recorded`](Self::launch_recorded), for a launch with attributes (`ATTRS`) or
+    /// without: the plain form has no attribute code at all.
+    ///
+    /// # Safety
+    /// As [`launch_recorded`](Self::launch_recorded).
+    unsafe fn launch_recorded_as<'a, const ATTRS: bool>(
         &self,
         own: Option<OwnCapture<'_>>,
         function: &Function,
@@ -649,7 +695,7 @@ impl Stream {
             if tree.is_dead(own.graph) {
                 return Err(dead_capture());
             }
-            if config.attributes.programmatic {
+            if ATTRS && config.attributes.is_dependent() {
                 tree.programmatic = true;
             }
             tree.keep(&function.module);
@@ -662,7 +708,7 @@ impl Stream {
             // SAFETY: the stream's context is bound (`bind_for_work`: a stream of its own names
             // it, a special handle was bound as the driver reported); `params` is the caller's
             // promise.
-            return unsafe { self.launch_here(function, config, params) };
+            return unsafe { self.launch_here::<ATTRS>(function, config, params) };
         }
         // A stream of its own with no capture linked in its slot is not capturing: a capture of
         // this crate begins and links itself there under the slot's lock (`Core::begin`), and so
@@ -677,8 +723,9 @@ impl Stream {
             if slot.is_none() {
                 // SAFETY: the stream's context is bound (`bind_for_work`, a stream of its own)
                 // and its slot held; `params` is the caller's promise.
-                let launched =
-                    unsafe { self.launch_uncaptured(function, config, params, owners, check) };
+                let launched = unsafe {
+                    self.launch_uncaptured::<ATTRS>(function, config, params, owners, check)
+                };
                 drop(slot);
                 return launched;
             }
@@ -687,10 +734,12 @@ impl Stream {
             if !rec.capturing() {
                 // SAFETY: the stream's context is bound and its slot held (by `enqueue`);
                 // `params` is the caller's promise.
-                return unsafe { self.launch_uncaptured(function, config, params, owners, check) };
+                return unsafe {
+                    self.launch_uncaptured::<ATTRS>(function, config, params, owners, check)
+                };
             }
             check(rec.capture.map(|(graph, _)| &**graph))?;
-            if config.attributes.programmatic {
+            if ATTRS && config.attributes.is_dependent() {
                 if let Some(t) = rec.tree.as_deref_mut() {
                     t.programmatic = true;
                 }
@@ -704,7 +753,7 @@ impl Stream {
             }
             // SAFETY: the stream's context is bound (by `enqueue`); `params` is the caller's
             // promise.
-            unsafe { self.launch_here(function, config, params) }
+            unsafe { self.launch_here::<ATTRS>(function, config, params) }
         })
     }
 
@@ -716,7 +765,7 @@ impl Stream {
     /// As [`launch_here`](Self::launch_here), with the stream's slot held by the caller (so no
     /// capture begins on the stream meanwhile) and the stream not capturing.
     #[inline(always)]
-    unsafe fn launch_uncaptured<'a>(
+    unsafe fn launch_uncaptured<'a, const ATTRS: bool>(
         &self,
         function: &Function,
         config: &LaunchConfig,
@@ -729,7 +778,7 @@ impl Stream {
             alloc.check_stream(self.raw())?;
         }
         // SAFETY: the caller's promise above.
-        unsafe { self.launch_here(function, config, params) }?;
+        unsafe { self.launch_here::<ATTRS>(function, config, params) }?;
         self.hold_borrowed_now(owners)
     }
 
@@ -744,13 +793,13 @@ impl Stream {
     /// each at argument bytes that live until this returns and match the kernel's parameter (the
     /// driver copies them during the call); the kernel stays within the memory it is given.
     #[inline(always)]
-    unsafe fn launch_here(
+    unsafe fn launch_here<const ATTRS: bool>(
         &self,
         function: &Function,
         config: &LaunchConfig,
         params: *mut *mut std::ffi::c_void,
     ) -> Result<()> {
-        if !config.attributes.is_empty() {
+        if ATTRS && !config.attributes.is_empty() {
             // SAFETY: the caller's promise above.
             return unsafe { self.launch_with_attributes(function, config, params) };
         }

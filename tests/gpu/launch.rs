@@ -193,7 +193,7 @@ fn clusters_run_and_read_back_in_every_front_end(gpu: &Gpu) -> TestResult {
     let def = ended.graph_definition()?;
     let node = def.nodes()?[0];
     match def.inspect(&node)? {
-        NodeInfo::Kernel(_, info) => assert_eq!(info.config.attributes.cluster, Some((4, 1, 1))),
+        NodeInfo::Kernel(_, info) => assert_eq!(info.config.attributes.cluster(), Some((4, 1, 1))),
         other => panic!("expected a kernel node, got {other:?}"),
     }
     let g = ended.instantiate()?;
@@ -205,7 +205,7 @@ fn clusters_run_and_read_back_in_every_front_end(gpu: &Gpu) -> TestResult {
     let def = GraphDefinition::new(&gpu.device)?;
     let n = def.add_kernel(&[], &k.cluster_rank, cfg, &out)?;
     let info = def.node_info(&n)?;
-    assert_eq!(info.config.attributes.cluster, Some((4, 1, 1)));
+    assert_eq!(info.config.attributes.cluster(), Some((4, 1, 1)));
     let g = def.instantiate()?;
     g.launch(&s)?;
     s.synchronize()?;
@@ -213,7 +213,7 @@ fn clusters_run_and_read_back_in_every_front_end(gpu: &Gpu) -> TestResult {
     let two = grid(8, 32).with_cluster((2, 1, 1));
     def.set_params(&n, NodeParams::kernel(&k.cluster_rank, two, &out)?)?;
     assert_eq!(
-        def.node_info(&n)?.config.attributes.cluster,
+        def.node_info(&n)?.config.attributes.cluster(),
         Some((2, 1, 1))
     );
     let g = def.instantiate()?;
@@ -264,7 +264,7 @@ fn cooperative_grids_synchronise_as_a_whole(gpu: &Gpu) -> TestResult {
         match def.inspect(&node)? {
             NodeInfo::Kernel(_, info) => {
                 assert!(
-                    info.config.attributes.cooperative,
+                    info.config.attributes.cooperative(),
                     "captured node not cooperative"
                 )
             }
@@ -275,7 +275,7 @@ fn cooperative_grids_synchronise_as_a_whole(gpu: &Gpu) -> TestResult {
     run("definition", &|sum, arrived, out| {
         let def = GraphDefinition::new(&gpu.device)?;
         let n = def.add_kernel(&[], &k.grid_total, cfg, (sum, arrived, out))?;
-        assert!(def.node_info(&n)?.config.attributes.cooperative);
+        assert!(def.node_info(&n)?.config.attributes.cooperative());
         def.instantiate()?.launch(&s)
     })?;
     Ok(())
@@ -289,7 +289,7 @@ fn priorities_read_back_and_instantiate_with_node_priority(gpu: &Gpu) -> TestRes
     let a = def.add_kernel(&[], &k.add_one, grid(1, 1).with_priority(greatest), &p)?;
     let b = def.add_kernel(&[&a], &k.add_one, grid(1, 1), &p)?;
     assert_eq!(
-        def.node_info(&a)?.config.attributes.priority,
+        def.node_info(&a)?.config.attributes.priority(),
         Some(greatest)
     );
     assert_eq!(
