@@ -306,6 +306,15 @@ fn decode(args: &[String]) -> Result<(), Box<dyn Error>> {
         }
     }
 
+    // The growing-cache mode's steps have shapes of their own at every position: each runs once
+    // eagerly first, so that candle's htod cache holds the small host arrays (shapes, strides)
+    // of every one of them (a capture cannot make them: "h2d param cache miss").
+    model.reset()?;
+    for p in 0..steps {
+        model.step_growing(p + 1)?;
+    }
+    check("candle eager, growing cache", &model.tokens(steps)?)?;
+
     // Every step captured anew, with a KV cache as long as the position (shapes change every
     // step), through a GraphCache: the exec is updated when the driver takes the new graph,
     // instantiated again when it refuses.
