@@ -27,7 +27,8 @@
 //! cudarc's event tracking (on for a device with its own stream) makes every candle op wait on
 //! events recorded by earlier ops, which a capture cannot take from before it began; candle's
 //! `disable_event_tracking` turns it off for tensors made afterwards. `--event-tracking` keeps
-//! it on, to show what the capture then says.
+//! it on, to show what the capture then says (candle's cuBLAS matmul fails with
+//! `CUBLAS_STATUS_EXECUTION_FAILED`, and the program exits with status 1).
 
 use std::error::Error;
 use std::process::ExitCode;
