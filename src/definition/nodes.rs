@@ -199,7 +199,10 @@ impl GraphDefinition {
         })
     }
 
-    /// [`add_kernel`](Self::add_kernel) with launch attributes: off the plain node's path.
+    /// [`add_kernel`](Self::add_kernel) with launch attributes: off the plain node's path. Its
+    /// body repeats `add_kernel`'s on purpose: a shared `#[inline(always)]` body taking the
+    /// attributes as an argument put the typed explicit node over its instruction ceiling
+    /// (`scripts/check-instructions.sh`, `explicit-typed`).
     #[cold]
     #[inline(never)]
     fn add_kernel_attributed<S: crate::Signature>(
